@@ -1,0 +1,85 @@
+"""Probes: the only code that touches the machine.
+
+Each probe is ``collect(ctx) -> {path: Fact}``. They run concurrently in daemon threads
+under one global deadline, so a hung NVML call or a stuck subprocess cannot hang the
+doctor: a probe that misses the deadline is recorded as ``probe.<name>`` with status
+timeout, one that raises as status error (traceback kept for -v).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
+
+from gpudoctor.snapshot import ERROR, OK, TIMEOUT, Fact, Snapshot
+
+Probe = Callable[["Context"], Dict[str, Fact]]
+
+
+@dataclass
+class Context:
+    root: str = "/"  # filesystem probes resolve paths under it (tests use fake roots)
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    timeout: float = 10.0
+    debug: List[str] = field(default_factory=list)
+
+    @property
+    def live(self) -> bool:
+        """Live sources (NVML, subprocesses) only make sense on the real root."""
+        return os.path.realpath(self.root) == "/"
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root, *[p.lstrip("/") for p in parts])
+
+    def read_text(self, *parts: str, limit: int = 1 << 20) -> Optional[str]:
+        try:
+            with open(self.path(*parts), "rb") as handle:
+                return handle.read(limit).decode("utf-8", "replace")
+        except OSError:
+            return None
+
+
+def default_probes() -> List[Tuple[str, Probe]]:
+    from gpudoctor.probes import driver, gpus, host, pyenv
+
+    return [("host", host.collect), ("driver", driver.collect), ("gpus", gpus.collect), ("python", pyenv.collect)]
+
+
+def collect(ctx: Optional[Context] = None, probes: Optional[List[Tuple[str, Probe]]] = None) -> Snapshot:
+    ctx = ctx or Context()
+    probes = probes if probes is not None else default_probes()
+    started = time.monotonic()
+    results: Dict[str, Tuple[str, object]] = {}
+
+    def work(name: str, probe: Probe) -> None:
+        t0 = time.monotonic()
+        try:
+            results[name] = ("ok", (probe(ctx), time.monotonic() - t0))
+        except Exception as exc:  # a probe must never take the doctor down
+            ctx.debug.append(f"probe {name} raised:\n{traceback.format_exc()}")
+            results[name] = ("error", f"{type(exc).__name__}: {exc}")
+
+    threads = []
+    for name, probe in probes:
+        thread = threading.Thread(target=work, args=(name, probe), name=f"probe-{name}", daemon=True)
+        thread.start()
+        threads.append((name, thread))
+
+    snapshot = Snapshot(meta={"root": ctx.root})
+    for name, thread in threads:
+        thread.join(max(0.0, ctx.timeout - (time.monotonic() - started)))
+        outcome = results.get(name)
+        if outcome is None:
+            snapshot.facts[f"probe.{name}"] = Fact(None, TIMEOUT, "gpudoctor", f"no answer within {ctx.timeout:g} s")
+        elif outcome[0] == "error":
+            snapshot.facts[f"probe.{name}"] = Fact(None, ERROR, "gpudoctor", str(outcome[1]))
+        else:
+            facts, elapsed = outcome[1]  # type: ignore[misc]
+            snapshot.update(facts)
+            snapshot.facts[f"probe.{name}"] = Fact(round(elapsed, 4), OK, "gpudoctor")
+    snapshot.meta["elapsed_s"] = round(time.monotonic() - started, 4)
+    return snapshot

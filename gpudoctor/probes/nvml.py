@@ -1,0 +1,228 @@
+"""The NVML adapter: the only module that imports pynvml.
+
+Every call goes through ``_query`` so an NVMLError becomes a fact status
+(not_supported, no_permission, error) instead of an exception; one GPU failing does not
+hide the others. Handles never reach the snapshot. The caller (probes.gpus) runs this in a
+daemon thread under the global deadline, so a hung driver cannot hang the doctor.
+
+Facts written (all with source "nvml"):
+  driver.nvml                 ok with value "ok", or the init failure (value: {"code", "name"})
+  driver.version              "580.159.04"
+  driver.cuda_max             "13.0"  (nvmlSystemGetCudaDriverVersion, major*1000 + minor*10)
+  driver.nvml_version         "13.580.159.04"
+  driver.library_path         real path of the libnvidia-ml that was loaded (from /proc/self/maps)
+  gpu.count
+  gpu.N.{name, uuid, pci_bus_id, compute_capability, memory_total, memory_used, memory_free,
+         memory_reserved, ecc_mode, ecc_uncorrected_volatile, remapped_rows, mig_mode,
+         persistence_mode, compute_mode, throttle_reasons, pcie_gen_current, pcie_gen_max,
+         pcie_width_current, pcie_width_max, nvlink_active, processes}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+from gpudoctor.snapshot import ABSENT, ERROR, NO_PERMISSION, NOT_SUPPORTED, TIMEOUT, Fact, missing, ok
+
+SOURCE = "nvml"
+
+# NVML return codes (nvml.h) we map to meaning; names match pynvml's NVMLError_* classes.
+ERROR_NAMES = {
+    1: "Uninitialized",
+    2: "InvalidArgument",
+    3: "NotSupported",
+    4: "NoPermission",
+    9: "DriverNotLoaded",
+    10: "Timeout",
+    12: "LibraryNotFound",
+    13: "FunctionNotFound",
+    15: "GpuIsLost",
+    16: "ResetRequired",
+    17: "OperatingSystem",
+    18: "LibRmVersionMismatch",
+    999: "Unknown",
+}
+
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+
+# nvmlClocksEventReason* bit masks (nvml.h); names as nvidia-smi prints them, snake_cased.
+THROTTLE_REASONS = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+
+
+def _status_for(code: int) -> str:
+    if code == 3:
+        return NOT_SUPPORTED
+    if code == 4:
+        return NO_PERMISSION
+    if code == 10:
+        return TIMEOUT
+    if code == 13:
+        return NOT_SUPPORTED  # the installed driver is too old for this call
+    return ERROR
+
+
+def _error_fact(exc: Exception) -> Fact:
+    code = getattr(exc, "value", None)
+    if isinstance(code, int):
+        name = ERROR_NAMES.get(code, f"error {code}")
+        return missing(_status_for(code), f"NVML {name}: {exc}", SOURCE, value={"code": code, "name": name})
+    return missing(ERROR, f"{type(exc).__name__}: {exc}", SOURCE)
+
+
+def _query(fn: Callable[..., Any], *args: Any, convert: Callable[[Any], Any] = lambda v: v) -> Fact:
+    try:
+        raw = fn(*args)
+    except Exception as exc:  # NVMLError and anything ctypes may raise
+        return _error_fact(exc)
+    try:
+        return ok(convert(_decode(raw)), SOURCE)
+    except Exception as exc:
+        return missing(ERROR, f"unexpected NVML answer {raw!r}: {exc}", SOURCE)
+
+
+def _decode(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def struct_to_dict(struct: Any) -> Dict[str, Any]:
+    """ctypes structs: read ``_fields_`` (``vars()`` of NVML's memory struct is empty)."""
+    return {name: _decode(getattr(struct, name)) for name, *_ in getattr(struct, "_fields_", ())}
+
+
+def cuda_version_string(encoded: int) -> str:
+    return f"{encoded // 1000}.{(encoded % 1000) // 10}"
+
+
+def loaded_library_path(maps_path: str = "/proc/self/maps") -> Optional[str]:
+    try:
+        with open(maps_path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if "libnvidia-ml.so" in line:
+                    return line.split(None, 5)[-1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def collect() -> Dict[str, Fact]:
+    """Read everything NVML knows. Returns only driver.nvml when NVML cannot start."""
+    try:
+        import pynvml
+    except Exception as exc:
+        return {"driver.nvml": missing(ABSENT, f"pynvml not importable: {exc}", SOURCE)}
+    if not hasattr(pynvml, "nvmlDeviceGetCudaComputeCapability"):
+        # The deprecated PyPI "pynvml" or a stray module shadows nvidia-ml-py.
+        return {"driver.nvml": missing(ERROR, f"{getattr(pynvml, '__file__', '?')} is not nvidia-ml-py", SOURCE)}
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return {"driver.nvml": _error_fact(exc)}
+    try:
+        return _read_all(pynvml)
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _read_all(nv: Any) -> Dict[str, Fact]:
+    facts: Dict[str, Fact] = {"driver.nvml": ok("ok", SOURCE)}
+    facts["driver.version"] = _query(nv.nvmlSystemGetDriverVersion)
+    facts["driver.cuda_max"] = _query(nv.nvmlSystemGetCudaDriverVersion, convert=cuda_version_string)
+    facts["driver.nvml_version"] = _query(nv.nvmlSystemGetNVMLVersion)
+    path = loaded_library_path()
+    facts["driver.library_path"] = ok(path, "/proc/self/maps") if path else missing(ABSENT, "not in /proc/self/maps")
+    count = _query(nv.nvmlDeviceGetCount)
+    facts["gpu.count"] = count
+    for index in range(count.value if count.ok else 0):
+        facts.update(_read_gpu(nv, index))
+    return facts
+
+
+def _read_gpu(nv: Any, index: int) -> Dict[str, Fact]:
+    prefix = f"gpu.{index}."
+    handle_fact = _query(nv.nvmlDeviceGetHandleByIndex, index)
+    if not handle_fact.ok:
+        return {prefix + "name": handle_fact}
+    h = handle_fact.value
+    f: Dict[str, Fact] = {}
+    f["name"] = _query(nv.nvmlDeviceGetName, h)
+    f["uuid"] = _query(nv.nvmlDeviceGetUUID, h)
+    f["pci_bus_id"] = _query(nv.nvmlDeviceGetPciInfo, h, convert=lambda p: _decode(p.busId))
+    f["compute_capability"] = _query(nv.nvmlDeviceGetCudaComputeCapability, h, convert=lambda cc: f"{cc[0]}.{cc[1]}")
+    f.update(_memory(nv, h))
+    f["ecc_mode"] = _query(nv.nvmlDeviceGetEccMode, h, convert=lambda modes: bool(modes[0]))
+    f["ecc_uncorrected_volatile"] = _query(
+        nv.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC, convert=int
+    )
+    f["remapped_rows"] = _query(
+        nv.nvmlDeviceGetRemappedRows,
+        h,
+        convert=lambda r: {"correctable": r[0], "uncorrectable": r[1], "pending": bool(r[2]), "failure": bool(r[3])},
+    )
+    f["mig_mode"] = _query(nv.nvmlDeviceGetMigMode, h, convert=lambda modes: bool(modes[0]))
+    f["persistence_mode"] = _query(nv.nvmlDeviceGetPersistenceMode, h, convert=bool)
+    f["compute_mode"] = _query(nv.nvmlDeviceGetComputeMode, h, convert=lambda m: COMPUTE_MODES.get(m, str(m)))
+    reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+    f["throttle_reasons"] = _query(reasons_fn, h, convert=lambda mask: [n for bit, n in THROTTLE_REASONS if mask & bit])
+    f["pcie_gen_current"] = _query(nv.nvmlDeviceGetCurrPcieLinkGeneration, h, convert=int)
+    gen_max = getattr(nv, "nvmlDeviceGetGpuMaxPcieLinkGeneration", None) or nv.nvmlDeviceGetMaxPcieLinkGeneration
+    f["pcie_gen_max"] = _query(gen_max, h, convert=int)
+    f["pcie_width_current"] = _query(nv.nvmlDeviceGetCurrPcieLinkWidth, h, convert=int)
+    f["pcie_width_max"] = _query(nv.nvmlDeviceGetMaxPcieLinkWidth, h, convert=int)
+    f["nvlink_active"] = _nvlink(nv, h)
+    f["processes"] = _query(nv.nvmlDeviceGetComputeRunningProcesses, h, convert=_processes)
+    return {prefix + key: fact for key, fact in f.items()}
+
+
+def _memory(nv: Any, h: Any) -> Dict[str, Fact]:
+    """v2 separates memory the driver reserves (about 0.6 GiB on an H200) from memory in use."""
+    names = ("memory_total", "memory_used", "memory_free", "memory_reserved")
+    version = getattr(nv, "nvmlMemory_v2", None)
+    info = _query(nv.nvmlDeviceGetMemoryInfo, h, version, convert=struct_to_dict) if version else None
+    if info is None or not info.ok:
+        info = _query(nv.nvmlDeviceGetMemoryInfo, h, convert=struct_to_dict)
+    if not info.ok:
+        return {name: info for name in names}
+    memory = info.value
+    out = {name: ok(int(memory[name.split("_")[1]]), SOURCE) for name in names[:3]}
+    out["memory_reserved"] = (
+        ok(int(memory["reserved"]), SOURCE) if "reserved" in memory else missing(NOT_SUPPORTED, "NVML memory v1 only", SOURCE)
+    )
+    return out
+
+
+def _nvlink(nv: Any, h: Any) -> Fact:
+    """Number of active NVLink links; not_supported on GPUs without NVLink."""
+    active: List[int] = []
+    first_error: Optional[Fact] = None
+    for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+        state = _query(nv.nvmlDeviceGetNvLinkState, h, link)
+        if not state.ok:
+            first_error = first_error or state
+            break
+        if state.value:
+            active.append(link)
+    if not active and first_error is not None:
+        return first_error if first_error.status != ERROR else missing(NOT_SUPPORTED, first_error.detail, SOURCE)
+    return ok(len(active), SOURCE)
+
+
+def _processes(procs: Any) -> List[Dict[str, Any]]:
+    out = []
+    for proc in procs:
+        used = getattr(proc, "usedGpuMemory", None)
+        # NVML reports "not available" (e.g. no permission in a container) as a huge sentinel.
+        out.append({"pid": int(proc.pid), "used_memory": int(used) if isinstance(used, int) and used < 1 << 62 else None})
+    return out

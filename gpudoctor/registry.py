@@ -1,0 +1,78 @@
+"""Load the rule catalogue and pick rules by ID, prefix, name or area."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from gpudoctor import rule as rule_module
+from gpudoctor.rule import AREA_TITLES, ID_PATTERN, NAME_PATTERN, RuleMeta, SEVERITY_RANK
+
+_CATALOGUE: Optional[List[RuleMeta]] = None
+
+
+class RegistryError(RuntimeError):
+    pass
+
+
+def load_rules() -> List[RuleMeta]:
+    """Import the rule modules once and return every rule, sorted by ID."""
+    global _CATALOGUE
+    if _CATALOGUE is None:
+        import gpudoctor_rules
+
+        gpudoctor_rules.load()
+        _CATALOGUE = validate(list(rule_module._REGISTERED))
+    return list(_CATALOGUE)
+
+
+def validate(rules: List[RuleMeta]) -> List[RuleMeta]:
+    seen_ids, seen_names = set(), set()
+    for meta in rules:
+        if not ID_PATTERN.match(meta.id):
+            raise RegistryError(f"rule ID {meta.id!r} is not GD + three digits")
+        if not NAME_PATTERN.match(meta.name):
+            raise RegistryError(f"rule name {meta.name!r} is not kebab-case")
+        if meta.id in seen_ids or meta.name in seen_names:
+            raise RegistryError(f"duplicate rule {meta.id} {meta.name}")
+        if meta.area not in AREA_TITLES:
+            raise RegistryError(f"rule {meta.id} has unknown area {meta.area!r}")
+        if meta.severity not in SEVERITY_RANK:
+            raise RegistryError(f"rule {meta.id} has unknown severity {meta.severity!r}")
+        seen_ids.add(meta.id)
+        seen_names.add(meta.name)
+    return sorted(rules, key=lambda meta: meta.id)
+
+
+def find(key: str) -> Optional[RuleMeta]:
+    key = key.strip()
+    for meta in load_rules():
+        if meta.id.lower() == key.lower() or meta.name == key.lower():
+            return meta
+    return None
+
+
+def _matches(meta: RuleMeta, selector: str) -> bool:
+    selector = selector.strip()
+    upper = selector.upper()
+    return (
+        meta.id.startswith(upper) and upper.startswith("GD")
+        or meta.name == selector.lower()
+        or meta.area == selector.lower()
+    )
+
+
+def select(rules: Sequence[RuleMeta], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> List[RuleMeta]:
+    """``include`` empty means all. Selectors are IDs, ID prefixes (GD1), names or areas."""
+    unknown = [s for s in list(include) + list(exclude) if not any(_matches(m, s) for m in rules)]
+    if unknown:
+        raise RegistryError(f"no rule matches {', '.join(unknown)} (see: gpudoctor rules)")
+    chosen = [m for m in rules if not include or any(_matches(m, s) for s in include)]
+    return [m for m in chosen if not any(_matches(m, s) for s in exclude)]
+
+
+def split_selectors(values: Optional[Sequence[str]]) -> List[str]:
+    """--select GD1,GD301 --select vllm → ["GD1", "GD301", "vllm"]."""
+    out: List[str] = []
+    for value in values or ():
+        out.extend(part for part in value.split(",") if part.strip())
+    return out

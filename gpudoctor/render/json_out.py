@@ -1,0 +1,30 @@
+"""The JSON report: one document, stable keys, ``schema_version``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict
+
+from gpudoctor import __version__
+from gpudoctor.engine import Result
+from gpudoctor.redact import redact
+
+REPORT_SCHEMA_VERSION = 1
+
+
+def document(result: Result, fail_on: str) -> Dict[str, Any]:
+    blocking = result.blocking(fail_on)
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "tool": {"name": "gpudoctor", "version": __version__},
+        "fail_on": fail_on,
+        "blocking": bool(blocking),
+        "summary": result.counts(),
+        "findings": [finding.to_json() for finding in result.findings],
+        "outcomes": [outcome.to_json() for outcome in result.outcomes],
+        "snapshot": result.snapshot.to_json(),
+    }
+
+
+def dumps(data: Dict[str, Any]) -> str:
+    return redact(json.dumps(data, indent=1, sort_keys=True, default=str, ensure_ascii=False)) + "\n"

@@ -1,0 +1,136 @@
+"""The terminal report: one status line per area, details under failures, one summary line.
+
+Built as plain lines of (text, style) segments; styled through rich only when writing to
+a colour terminal, so piping to a file or CI log gives plain text and rich is not even
+imported.
+"""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from gpudoctor.engine import Result
+from gpudoctor.render.headlines import context, headline
+from gpudoctor.rule import AREAS, NOT_APPLICABLE, PASS, SEVERITY_RANK, UNKNOWN
+
+Line = List[Tuple[str, str]]  # (text, rich style)
+
+UNICODE = {"error": "✗", "warning": "!", "info": "i", PASS: "✓", UNKNOWN: "?", NOT_APPLICABLE: "-"}
+ASCII = {"error": "x", "warning": "!", "info": "i", PASS: "+", UNKNOWN: "?", NOT_APPLICABLE: "-"}
+STYLES = {"error": "bold red", "warning": "yellow", "info": "cyan", PASS: "green", UNKNOWN: "magenta", NOT_APPLICABLE: "dim"}
+
+
+def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = True) -> List[Line]:
+    glyphs = UNICODE if unicode else ASCII
+    lines: List[Line] = []
+    from gpudoctor import __version__
+
+    lines.append([(f"gpudoctor {__version__}", "bold"), (f"  {context(result.snapshot)}", "dim")])
+    for area, title in AREAS:
+        outcomes = [o for o in result.outcomes if o.rule.area == area]
+        if not outcomes:
+            continue
+        state = _area_state(outcomes)
+        counts = _area_counts(outcomes)
+        lines.append(
+            [
+                (f"{glyphs[state]} ", STYLES[state]),
+                (f"{title:<20}", "bold"),
+                (headline(area, result.snapshot), ""),
+                (f"  {counts}" if counts else "", "dim"),
+            ]
+        )
+        for outcome in outcomes:
+            for finding in sorted(outcome.findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.subject)):
+                lines.extend(_finding_lines(finding, glyphs))
+            if verbose and outcome.status in (UNKNOWN, NOT_APPLICABLE):
+                lines.append(
+                    [
+                        (f"    {glyphs[outcome.status]} {outcome.rule.id} {outcome.rule.name}: ", STYLES[outcome.status]),
+                        (f"{outcome.status.replace('_', ' ')}: {outcome.reason}", "dim"),
+                    ]
+                )
+    lines.append([])
+    lines.append(_summary(result, fail_on))
+    return lines
+
+
+def _area_state(outcomes) -> str:
+    findings = [f for o in outcomes for f in o.findings]
+    if findings:
+        return max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__)
+    if any(o.status == PASS for o in outcomes):
+        return PASS
+    if any(o.status == UNKNOWN for o in outcomes):
+        return UNKNOWN
+    return NOT_APPLICABLE
+
+
+def _area_counts(outcomes) -> str:
+    passed = sum(o.status == PASS for o in outcomes)
+    unknown = sum(o.status == UNKNOWN for o in outcomes)
+    parts = [f"{passed}/{len(outcomes)} passed"]
+    if unknown:
+        parts.append(f"{unknown} unknown")
+    return "(" + ", ".join(parts) + ")"
+
+
+def _finding_lines(finding, glyphs) -> List[Line]:
+    style = STYLES[finding.severity]
+    subject = f" [{finding.subject}]" if finding.subject else ""
+    out: List[Line] = [
+        [(f"    {glyphs[finding.severity]} {finding.rule_id} {finding.name}{subject}: ", style), (finding.message, "")]
+    ]
+    for item in finding.evidence:
+        out.append([(f"        {item.path} = ", "dim"), (_short(item.value), "")])
+    if finding.fix:
+        out.append([("      fix: ", "bold"), (finding.fix.summary, "")])
+        for command in finding.fix.commands:
+            out.append([("        $ ", "dim"), (command, "cyan")])
+    out.append([(f"      more: gpudoctor explain {finding.rule_id}", "dim")])
+    return out
+
+
+def _short(value, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _summary(result: Result, fail_on: str) -> Line:
+    counts = result.counts()
+    blocking = result.blocking(fail_on)
+    parts = [
+        f"{counts['error']} error{'s' * (counts['error'] != 1)}",
+        f"{counts['warning']} warning{'s' * (counts['warning'] != 1)}",
+        f"{counts[PASS]} passed",
+        f"{counts[UNKNOWN]} unknown",
+    ]
+    if counts["info"]:
+        parts.insert(2, f"{counts['info']} info")
+    verdict = f"blocking (at or above {fail_on}): exit 1" if blocking else "nothing blocking: exit 0"
+    return [("Summary: ", "bold"), (", ".join(parts), ""), (f" — {verdict}", "bold red" if blocking else "bold green")]
+
+
+def plain(lines: List[Line]) -> str:
+    return "\n".join("".join(text for text, _ in line).rstrip() for line in lines) + "\n"
+
+
+def write(lines: List[Line], stream, color: bool) -> None:
+    """Write to a stream; with colour through rich (imported only then)."""
+    from gpudoctor.redact import redact
+
+    if not color:
+        stream.write(redact(plain(lines)))
+        return
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(file=stream, highlight=False, soft_wrap=True)
+    for line in lines:
+        text = Text()
+        for segment, style in line:
+            text.append(redact(segment), style=style or None)
+        console.print(text)
+
+
+

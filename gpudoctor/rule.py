@@ -1,0 +1,222 @@
+"""What a rule is: metadata, outcomes, findings and fixes.
+
+A rule is a plain function of the snapshot, registered with ``@rule``::
+
+    @rule("GD103", "driver-too-old-for-torch", severity=ERROR, area="driver",
+          requires=("driver.version", "torch.cuda"))
+    def driver_too_old_for_torch(snap):
+        \"\"\"The driver is older than torch's CUDA needs.
+
+        ## Why ...
+        ## Fix ...
+        ## References ...
+        \"\"\"
+        ...
+        return Fail("driver 470 supports CUDA 11.4; torch needs 12.8", evidence=[...], fix=Fix(...))
+
+It returns ``None`` (pass), a ``Fail`` or a list of them, ``Unknown(reason)`` or
+``NotApplicable(reason)``. ``requires`` names facts that must be ok; when one is not,
+the engine records "unknown" with that fact's reason and does not call the rule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+ERROR = "error"
+WARNING = "warning"
+INFO = "info"
+SEVERITY_RANK = {INFO: 0, WARNING: 1, ERROR: 2}
+
+# Areas in display order: (key, title). The hundreds digit of a rule ID names its area.
+AREAS: Tuple[Tuple[str, str], ...] = (
+    ("internal", "gpudoctor"),
+    ("driver", "Driver"),
+    ("cuda", "CUDA"),
+    ("gpu", "GPUs & host"),
+    ("flash_attn", "flash-attn"),
+    ("vllm", "Python stack & vLLM"),
+    ("processes", "Processes"),
+    ("launch", "Launch command"),
+    ("server", "Server"),
+)
+AREA_TITLES = dict(AREAS)
+
+ID_PATTERN = re.compile(r"^GD\d{3}$")
+NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+PASS = "pass"
+FAIL = "fail"
+UNKNOWN = "unknown"
+NOT_APPLICABLE = "not_applicable"
+
+
+@dataclass
+class Fix:
+    """What to do. Commands are copy-pasteable; gpudoctor never runs them on its own."""
+
+    summary: str
+    commands: List[str] = field(default_factory=list)
+    safety: str = "safe"  # safe | disruptive | needs_root | reboot
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"summary": self.summary, "commands": list(self.commands), "safety": self.safety}
+
+
+# Evidence is given as fact paths (the engine looks their values up) or (label, value) pairs.
+EvidenceItem = Union[str, Tuple[str, Any]]
+
+
+@dataclass
+class Fail:
+    message: str
+    evidence: Sequence[EvidenceItem] = ()
+    fix: Optional[Fix] = None
+    subject: str = ""  # e.g. "GPU 1"; lets one rule report each GPU separately
+    severity: Optional[str] = None  # override the rule's default (rarely)
+
+
+@dataclass
+class Unknown:
+    reason: str
+
+
+@dataclass
+class NotApplicable:
+    reason: str
+
+
+RuleResult = Union[None, Fail, Unknown, NotApplicable, List[Fail]]
+
+
+@dataclass
+class RuleMeta:
+    id: str
+    name: str
+    severity: str
+    area: str
+    requires: Tuple[str, ...]
+    func: Callable[..., RuleResult]
+    doc: str
+
+    @property
+    def title(self) -> str:
+        return self.doc.strip().splitlines()[0].strip() if self.doc.strip() else self.name
+
+    def section(self, heading: str) -> str:
+        """The text under ``## heading`` in the docstring."""
+        return doc_sections(self.doc).get(heading.lower(), "")
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "severity": self.severity,
+            "area": self.area,
+            "title": self.title,
+            "requires": list(self.requires),
+            "why": self.section("why"),
+            "fix": self.section("fix"),
+            "references": self.section("references"),
+        }
+
+
+def doc_sections(doc: str) -> Dict[str, str]:
+    sections: Dict[str, str] = {}
+    current = None
+    lines: List[str] = []
+    for line in _dedent(doc).splitlines():
+        if line.startswith("## "):
+            if current:
+                sections[current] = "\n".join(lines).strip()
+            current, lines = line[3:].strip().lower(), []
+        elif current:
+            lines.append(line)
+    if current:
+        sections[current] = "\n".join(lines).strip()
+    return sections
+
+
+def _dedent(doc: str) -> str:
+    import inspect
+
+    return inspect.cleandoc(doc or "")
+
+
+# Filled by the @rule decorator as rule modules are imported (see registry.load_rules).
+_REGISTERED: List[RuleMeta] = []
+
+
+def rule(
+    id: str,
+    name: str,
+    *,
+    severity: str,
+    area: str,
+    requires: Sequence[str] = (),
+) -> Callable[[Callable[..., RuleResult]], Callable[..., RuleResult]]:
+    def register(func: Callable[..., RuleResult]) -> Callable[..., RuleResult]:
+        meta = RuleMeta(id, name, severity, area, tuple(requires), func, _dedent(func.__doc__ or ""))
+        _REGISTERED.append(meta)
+        func.meta = meta  # type: ignore[attr-defined]
+        return func
+
+    return register
+
+
+@dataclass
+class Evidence:
+    path: str
+    value: Any
+    status: str = "ok"
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"path": self.path, "value": self.value, "status": self.status}
+
+
+@dataclass
+class Finding:
+    rule_id: str
+    name: str
+    severity: str
+    area: str
+    title: str
+    message: str
+    evidence: List[Evidence]
+    fix: Optional[Fix]
+    subject: str = ""
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "id": self.rule_id,
+            "name": self.name,
+            "severity": self.severity,
+            "area": self.area,
+            "title": self.title,
+            "subject": self.subject,
+            "message": self.message,
+            "evidence": [item.to_json() for item in self.evidence],
+            "fix": self.fix.to_json() if self.fix else None,
+        }
+
+
+@dataclass
+class Outcome:
+    """What one rule concluded: pass, fail (with findings), unknown or not_applicable."""
+
+    rule: RuleMeta
+    status: str
+    findings: List[Finding] = field(default_factory=list)
+    reason: str = ""
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "id": self.rule.id,
+            "name": self.rule.name,
+            "area": self.rule.area,
+            "status": self.status,
+            "reason": self.reason,
+            "findings": [finding.to_json() for finding in self.findings],
+        }

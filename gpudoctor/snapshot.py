@@ -1,0 +1,161 @@
+"""Facts and the Snapshot: the seam between probes and rules.
+
+A snapshot is plain JSON: ``{"schema_version": N, "meta": {...}, "facts": {path: fact}}``.
+Fact paths are flat and dotted (``driver.version``, ``gpu.0.memory_total``) so that a
+snapshot diffs line by line and evidence can name exactly what it read.
+Every fact carries its status: "could not collect" loses the diagnosis, the reason is
+often the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional
+
+SCHEMA_VERSION = 1
+
+OK = "ok"
+ABSENT = "absent"  # looked, and it is not there (no driver, no torch)
+NOT_SUPPORTED = "not_supported"  # the device or library cannot answer
+NO_PERMISSION = "no_permission"
+TIMEOUT = "timeout"
+ERROR = "error"
+STATUSES = (OK, ABSENT, NOT_SUPPORTED, NO_PERMISSION, TIMEOUT, ERROR)
+
+_FACT_KEYS = {"value", "status", "source", "detail"}
+
+
+@dataclass
+class Fact:
+    value: Any = None
+    status: str = OK
+    source: str = ""
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    def describe(self) -> str:
+        """One line for evidence and "unknown" reasons."""
+        if self.ok:
+            return repr(self.value)
+        text = self.status
+        if self.detail:
+            text += f" ({self.detail})"
+        return text
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"value": self.value, "status": self.status}
+        if self.source:
+            out["source"] = self.source
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Fact":
+        if not isinstance(data, dict) or not set(data) <= _FACT_KEYS or "status" not in data:
+            raise SnapshotError(f"not a fact: {str(data)[:80]}")
+        status = data["status"]
+        if status not in STATUSES:
+            raise SnapshotError(f"unknown fact status {status!r}")
+        return cls(data.get("value"), status, str(data.get("source", "")), str(data.get("detail", "")))
+
+
+def ok(value: Any, source: str = "", detail: str = "") -> Fact:
+    return Fact(value, OK, source, detail)
+
+
+def missing(status: str, detail: str = "", source: str = "", value: Any = None) -> Fact:
+    return Fact(value, status, source, detail)
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that cannot be read: one line for the user, exit 2."""
+
+
+@dataclass
+class Snapshot:
+    facts: Dict[str, Fact] = field(default_factory=dict)
+    meta: Dict[str, Any] = field(default_factory=dict)
+
+    def get(self, path: str) -> Fact:
+        fact = self.facts.get(path)
+        if fact is None:
+            return Fact(None, ABSENT, "", "not collected")
+        return fact
+
+    def value(self, path: str, default: Any = None) -> Any:
+        fact = self.facts.get(path)
+        return fact.value if fact is not None and fact.ok else default
+
+    def update(self, facts: Dict[str, Fact]) -> None:
+        self.facts.update(facts)
+
+    def gpu_indices(self) -> List[int]:
+        """Indices of the GPUs the driver enumerated (all of them, not only the visible ones)."""
+        count = self.value("gpu.count", 0)
+        return list(range(count)) if isinstance(count, int) else []
+
+    def with_prefix(self, prefix: str) -> Iterator[tuple]:
+        for path in sorted(self.facts):
+            if path.startswith(prefix):
+                yield path, self.facts[path]
+
+    # --- JSON ---------------------------------------------------------------
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "meta": self.meta,
+            "facts": {path: self.facts[path].to_json() for path in sorted(self.facts)},
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=True, default=str) + "\n"
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Snapshot":
+        if not isinstance(data, dict) or "schema_version" not in data:
+            raise SnapshotError("not a gpudoctor snapshot (no schema_version)")
+        version = data["schema_version"]
+        if not isinstance(version, int):
+            raise SnapshotError(f"bad schema_version {version!r}")
+        if version > SCHEMA_VERSION:
+            raise SnapshotError(
+                f"snapshot schema_version {version} is newer than this gpudoctor understands "
+                f"({SCHEMA_VERSION}); upgrade gpudoctor"
+            )
+        facts = data.get("facts")
+        if not isinstance(facts, dict):
+            raise SnapshotError("snapshot has no facts object")
+        meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+        return cls({str(path): Fact.from_json(fact) for path, fact in facts.items()}, meta)
+
+    @classmethod
+    def load(cls, path: str) -> "Snapshot":
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise SnapshotError(f"snapshot {path} is not text") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SnapshotError(f"snapshot {path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        return cls.from_json(data)
+
+
+def mib(nbytes: Optional[int]) -> str:
+    if not isinstance(nbytes, (int, float)):
+        return "?"
+    return f"{nbytes / 1048576:.0f} MiB"
+
+
+def gib(nbytes: Optional[int]) -> str:
+    if not isinstance(nbytes, (int, float)):
+        return "?"
+    return f"{nbytes / 1073741824:.1f} GiB"

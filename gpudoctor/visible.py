@@ -1,0 +1,54 @@
+"""CUDA_VISIBLE_DEVICES as the CUDA runtime reads it.
+
+Entries are indices, ``GPU-<uuid>`` (a unique prefix is enough) or ``MIG-<uuid>``. The
+runtime stops at the first entry it cannot resolve: everything after it is silently
+dropped, which is how a typo hides GPUs. An empty value hides every GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+
+@dataclass
+class Visibility:
+    indices: List[int]  # driver indices the process will see, in order
+    invalid: List[str] = field(default_factory=list)  # entries the runtime cannot resolve
+    dropped: List[str] = field(default_factory=list)  # valid-looking entries after the first invalid one
+    duplicates: List[str] = field(default_factory=list)
+
+
+def resolve(value: Optional[str], uuids: Sequence[Optional[str]]) -> Visibility:
+    """Which GPUs (driver indices) a CUDA process sees, given the variable and the GPUs' UUIDs."""
+    count = len(uuids)
+    if value is None:
+        return Visibility(list(range(count)))
+    entries = [entry.strip() for entry in value.split(",")]
+    if entries == [""]:
+        return Visibility([])
+    seen: List[int] = []
+    vis = Visibility(seen)
+    for position, entry in enumerate(entries):
+        index = _lookup(entry, uuids)
+        if index is None:
+            vis.invalid.append(entry)
+            vis.dropped = [e for e in entries[position + 1 :] if e]
+            break
+        if index in seen:
+            vis.duplicates.append(entry)
+            continue
+        seen.append(index)
+    return vis
+
+
+def _lookup(entry: str, uuids: Sequence[Optional[str]]) -> Optional[int]:
+    if entry.lstrip("-").isdigit():
+        number = int(entry)
+        return number if 0 <= number < len(uuids) else None
+    if entry.startswith("MIG-"):
+        return None  # MIG instances are not enumerated here; treated as unresolvable by this check
+    if entry.startswith("GPU-"):
+        matches = [i for i, uuid in enumerate(uuids) if uuid and uuid.lower().startswith(entry.lower())]
+        return matches[0] if len(matches) == 1 else None
+    return None

@@ -1,0 +1,15 @@
+"""gpudoctor's rule catalogue (installed as ``gpudoctor_rules``).
+
+One module per area. To add a rule, add a function decorated with ``@rule`` to the
+module of its area (see gpudoctor/rule.py for the contract); to add an area, add its
+module name here.
+"""
+
+import importlib
+
+MODULES = ("internal", "driver", "gpu")
+
+
+def load() -> None:
+    for name in MODULES:
+        importlib.import_module(f"{__name__}.{name}")
