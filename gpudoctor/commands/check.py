@@ -1,0 +1,57 @@
+"""gpudoctor check: probe (or replay a snapshot), run the rules, render the findings."""
+
+from __future__ import annotations
+
+from gpudoctor.commands.common import IO, UsageError, add_probe_options, load_snapshot, probe, stream_is_unicode, use_color
+from gpudoctor.exitcodes import ExitCode
+
+HELP = "probe this machine (or replay a snapshot) and run the rules (default)"
+FORMATS = ("text", "json", "markdown")
+
+
+def configure(parser) -> None:
+    add_probe_options(parser)
+    parser.add_argument("--snapshot", metavar="FILE", help="replay a snapshot saved by `gpudoctor snapshot` instead of probing")
+    parser.add_argument("--select", action="append", metavar="IDS", help="only these rules: IDs, prefixes (GD1), names or areas; comma-separated")
+    parser.add_argument("--ignore", action="append", metavar="IDS", help="skip these rules (same forms as --select)")
+    parser.add_argument("--format", choices=FORMATS, default="text")
+    parser.add_argument("--fail-on", choices=("error", "warning"), default="error", help="lowest severity that makes the exit code 1 (default: error)")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+
+
+def selected_rules(args):
+    from gpudoctor import registry
+
+    try:
+        return registry.select(registry.load_rules(), registry.split_selectors(args.select), registry.split_selectors(args.ignore))
+    except registry.RegistryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def render(result, args, io: IO) -> None:
+    if args.format == "json":
+        from gpudoctor.render import json_out
+
+        io.stdout.write(json_out.dumps(json_out.document(result, args.fail_on)))
+    elif args.format == "markdown":
+        from gpudoctor.render import markdown
+
+        io.stdout.write(markdown.render(result, args.fail_on))
+    else:
+        from gpudoctor.render import text
+
+        lines = text.build(result, args.fail_on, args.verbose, stream_is_unicode(io.stdout))
+        text.write(lines, io.stdout, use_color(args.color, io.stdout, io.environ))
+
+
+def run(args, io: IO) -> int:
+    from gpudoctor.engine import run_rules
+
+    rules = selected_rules(args)
+    snapshot = load_snapshot(args.snapshot) if args.snapshot else probe(args, io)
+    result = run_rules(snapshot, rules)
+    if args.verbose:
+        for text in result.debug:
+            io.stderr.write(text + "\n")
+    render(result, args, io)
+    return ExitCode.FINDINGS if result.blocking(args.fail_on) else ExitCode.OK

@@ -1,0 +1,26 @@
+"""gpudoctor rules: the rule catalogue."""
+
+from __future__ import annotations
+
+import json
+
+from gpudoctor.commands.common import IO
+from gpudoctor.exitcodes import ExitCode
+
+HELP = "list the rule catalogue"
+
+
+def configure(parser) -> None:
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def run(args, io: IO) -> int:
+    from gpudoctor import registry
+
+    rules = registry.load_rules()
+    if args.format == "json":
+        io.stdout.write(json.dumps([meta.to_json() for meta in rules], indent=1, ensure_ascii=False) + "\n")
+        return ExitCode.OK
+    for meta in rules:
+        io.stdout.write(f"{meta.id}  {meta.name:<36} {meta.severity:<8} {meta.area:<10} {meta.title}\n")
+    return ExitCode.OK

@@ -1,0 +1,26 @@
+"""gpudoctor snapshot: save every fact of this machine as JSON (redacted)."""
+
+from __future__ import annotations
+
+from gpudoctor.commands.common import IO, add_probe_options, probe, write_private
+from gpudoctor.exitcodes import ExitCode
+
+HELP = "save the facts of this machine as JSON"
+
+
+def configure(parser) -> None:
+    add_probe_options(parser)
+    parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE, readable by you only (default: stdout)")
+
+
+def run(args, io: IO) -> int:
+    from gpudoctor.redact import redact
+
+    snapshot = probe(args, io)
+    data = redact(snapshot.dumps())
+    if args.output:
+        write_private(args.output, data)
+        io.stderr.write(f"gpudoctor: snapshot written to {args.output} ({len(snapshot.facts)} facts)\n")
+    else:
+        io.stdout.write(data)
+    return ExitCode.OK
