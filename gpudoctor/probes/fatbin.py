@@ -1,0 +1,755 @@
+"""Which GPU code a shared library carries: SASS (cubin) archs and PTX, read from its fatbin.
+
+Pure standard library and Python 3.8+, on purpose: this module also runs inside another
+interpreter as part of the stdlib-only probe script, so it imports nothing from gpudoctor.
+It never imports the library it looks at and never reads the whole file: it reads the ELF
+header, the section header table and the section-name table, then walks the fatbin container
+and entry *headers* with seek + small reads, skipping every payload (compressed or not). A
+456 MB ``libtorch_cuda.so`` with ~2,400 entries costs a few hundred KB of reads.
+
+Layouts (facts.md = ../shared/research/facts.md, section 6 "Fatbin format"; "fixture" = real
+files built by nvcc and checked byte by byte, see tests/fixtures/ground_truth/h200 and
+tests/fixtures/fatbin/build.sh + cuobjdump.txt):
+
+* ELF: System V gABI header and section headers (ELF32 and ELF64, little-endian only).
+* Where fatbins live (facts 6.1): ``.nv_fatbin`` holds the fatbin data; ``__nv_relfatbin`` the
+  relocatable (``-rdc``) objects; ``.nvFatBinSegment`` the ``__fatBinC_Wrapper_t`` records
+  whose ``data`` pointer points at each registered container. cuobjdump (checked with 13.5 on
+  tests/fixtures/fatbin/librdc.so and klto.o) lists ``.nv_fatbin`` and, only when a file has
+  no ``.nv_fatbin`` (an object file), ``__nv_relfatbin``. We do the same; relocatable entries
+  of a linked library are counted in ``relocatable`` only.
+* Container header, 16 bytes (facts 6.2): magic 0xBA55ED50, u16 version (1), u16 header size
+  (16), u64 size of the entries that follow. Containers follow each other inside a section.
+* Entry header, 64 bytes and more (facts 6.3): u16 kind @0x00, u16 @0x02 (0x0101 in every
+  file seen), u32 header size @0x04, u64 payload size @0x08 (padded: the next entry starts at
+  entry + header size + payload size), u32 compressed size @0x10, u32 offset of the optional
+  extension @0x14, u16 minor @0x18, u16 major @0x1A, u32 arch @0x1C, u64 flags @0x28,
+  u64 decompressed size @0x38.
+"""
+
+# No "from __future__ import annotations": with it, @dataclass looks its module up in
+# sys.modules, which fails when the probe script exec()s this source without a module.
+import json
+import os
+import stat
+import struct
+import sys
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Set, Tuple
+
+# Statuses. Same strings as gpudoctor.snapshot (not imported: stdlib-only module), plus
+# "not_elf", which is no snapshot status: fact_status() maps it to "error".
+OK = "ok"
+ABSENT = "absent"  # an ELF file without any fatbin: not a CUDA binary
+ERROR = "error"
+NO_PERMISSION = "no_permission"
+NOT_ELF = "not_elf"
+NOT_SUPPORTED = "not_supported"  # an ELF we do not read: big-endian, unknown class
+
+# --- ELF (System V gABI) ------------------------------------------------------------------
+ELF_MAGIC = b"\x7fELF"
+ELFCLASS32, ELFCLASS64 = 1, 2  # e_ident[EI_CLASS] (byte 4)
+ELFDATA2LSB, ELFDATA2MSB = 1, 2  # e_ident[EI_DATA] (byte 5)
+SHT_NOBITS = 8
+SHF_ALLOC = 0x2
+SHN_XINDEX = 0xFFFF
+
+# --- fatbin (facts.md 6.1-6.3) ------------------------------------------------------------
+FATBIN_SECTION = b".nv_fatbin"  # facts 6.1: FATBIN_DATA_SECTION_NAME
+RELFATBIN_SECTION = b"__nv_relfatbin"  # facts 6.1: FATBIN_PRELINK_DATA_SECTION_NAME (-rdc)
+WRAPPER_SECTION = b".nvFatBinSegment"  # facts 6.1: FATBIN_CONTROL_SECTION_NAME
+FATBIN_MAGIC = 0xBA55ED50  # facts 6.2: FATBIN_MAGIC; fixture: bytes 50 ed 55 ba at 0x8e990
+OLD_FATBIN_MAGIC = 0x1EE55A01  # facts 6.2: "old style" (pre-CUDA 4) magic, not read
+WRAPPER_MAGIC = 0x466243B1  # facts 6.1: FATBINC_MAGIC, first int of __fatBinC_Wrapper_t
+CONTAINER_HEADER = struct.Struct("<IHHQ")  # facts 6.2: magic, version, header_size, fat_size
+ENTRY_HEAD = struct.Struct("<HHIQ")  # facts 6.3: kind, 0x0101, header_size, payload size
+ENTRY_BASE = 64  # facts 6.3: entry header is 64 bytes, longer with the extension
+
+# Entry kinds (u16 at entry+0x00).
+KIND_PTX = 0x1  # facts 6.3; fixture: the compute_90 PTX of libk_sm80_sm90_ptx90.so
+KIND_ELF = 0x2  # facts 6.3; fixture: every cubin of the three H200 libraries
+KIND_LTO = 0x8  # fixture klto.o (nvcc -dlto, code=lto_90): LTO-IR, not listed by cuobjdump -lelf
+KIND_ELF_ALT = 0x10  # facts 6.3 (nvopen-tools, 2ND): "ELF variant", counted by cuobjdump; not seen here
+KIND_CONCAT = 0x100  # fixture libconcat.so (fatbinary -concat): several entries in one stream
+
+# Entry flags (u64 at entry+0x28).
+FLAG_LZ4 = 0x2000  # facts 6.3 (n-eiling/jiegec 0x2000); fixture liblz4.so (-compress-mode=speed)
+FLAG_ZSTD = 0x8000  # facts 6.3 (nvopen-tools bit 15); fixtures libk_compressed.so, PTX of libk_sm80_sm90_ptx90.so
+FLAG_COMPRESSED = FLAG_LZ4 | FLAG_ZSTD
+# The 'a' / 'f' suffixes are NOT in the arch integer (facts 6.3) and NOT in the cubin's ELF
+# e_flags (sm_90 and sm_90a cubins both carry e_flags 0x05005a04 in libvariants.so). They are
+# entry-header flag bits, found from real nvcc 13.5 output and cuobjdump 13.5's names for the
+# same entries (tests/fixtures/fatbin/cuobjdump.txt), for cubins and PTX alike:
+FLAG_ARCH_SPECIFIC = 0x100000  # bit 20: 'a' (sm_90a: 0x100011 vs sm_90: 0x11; sm_100a 0x1100011)
+FLAG_FAMILY = 0x200000  # bit 21: 'f' (sm_100f: 0x1200011; compute_120f PTX: 0x208011)
+# Bit 24 (0x1000000) is set on every sm_100+ cubin entry, which also has a longer header; its
+# meaning is unknown and we do not use it. Not confirmed: the 'a'/'f' bits in fatbins made by
+# CUDA 12.x tools (no CUDA 12 fatbinary was available to check); libtorch_cuda.so (cu130,
+# nvcc 13.0: 59 sm_100a cubins per cuobjdump) is the check for 13.0.
+
+CONTAINER_BYTES = CONTAINER_HEADER.size
+MAX_ENTRIES = 1_000_000  # hard stops for adversarial input (libcublasLt has ~5,400 entries)
+MAX_CONTAINERS = 1_000_000
+MAX_RESYNC_BYTES = 8 << 20  # bytes we may read looking for a container magic after garbage
+RESYNC_CHUNK = 64 << 10
+MAX_SECTION_TABLE = 16 << 20
+MAX_NAME_TABLE = 1 << 20
+MAX_WRAPPER_BYTES = 1 << 20
+MAX_CONCAT_HEADER = 1 << 20
+
+
+@dataclass
+class FatbinScan:
+    """What one ELF file's fatbin holds. Lists are sorted and unique.
+
+    ``sm``/``sm_variants``/``ptx``/``ptx_variants`` match ``cuobjdump --list-elf --list-ptx``:
+    cubin names as cuobjdump prints them (``sm_90a``; a family cubin ``sm_100f`` prints as
+    ``sm_100``: nvcc makes it the same code as ``sm_100``), PTX as ``compute_<arch>[a|f]``.
+    """
+
+    status: str = OK
+    detail: str = ""
+    sm: List[int] = field(default_factory=list)  # cubin archs: [80, 90]
+    sm_variants: List[str] = field(default_factory=list)  # ["sm_80", "sm_90", "sm_90a"]
+    ptx: List[int] = field(default_factory=list)  # PTX archs: [90]
+    ptx_variants: List[str] = field(default_factory=list)  # ["compute_90", "compute_100f"]
+    ptx_isa: List[str] = field(default_factory=list)  # PTX ISA versions: ["9.0"] (CUDA 13.0)
+    lto: List[int] = field(default_factory=list)  # LTO-IR archs (nvcc -dlto): not runnable as is
+    entries: int = 0  # entries seen (cubin + PTX + LTO + unknown kinds; concat members one by one)
+    compressed: int = 0  # of which compressed (LZ4 or zstd)
+    containers: int = 0
+    relocatable: int = 0  # entries in __nv_relfatbin of a file that also has .nv_fatbin
+    sections: List[str] = field(default_factory=list)  # fatbin sections found
+    # Not in to_json (diagnostics, not facts): entries per name, as cuobjdump would count
+    # them ({"sm_80": 2, "compute_90": 1}), and how many bytes of the file were read.
+    counts: Dict[str, int] = field(default_factory=dict)
+    bytes_read: int = 0
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"status": self.status}
+        if self.detail:
+            out["detail"] = self.detail
+        for key in ("sm", "sm_variants", "ptx", "ptx_variants", "ptx_isa", "lto", "entries", "compressed",
+                    "containers", "relocatable", "sections"):
+            out[key] = getattr(self, key)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> "FatbinScan":
+        """Inverse of to_json, for snapshot replay; anything malformed becomes an error scan."""
+        if not isinstance(data, dict) or not isinstance(data.get("status"), str):
+            return cls(status=ERROR, detail="not a fatbin scan")
+        scan = cls(status=data["status"], detail=str(data.get("detail", "")))
+        for key in ("sm", "ptx", "lto"):
+            value = data.get(key, [])
+            if isinstance(value, list) and all(isinstance(v, int) for v in value):
+                setattr(scan, key, list(value))
+        for key in ("sm_variants", "ptx_variants", "ptx_isa", "sections"):
+            value = data.get(key, [])
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                setattr(scan, key, list(value))
+        for key in ("entries", "compressed", "containers", "relocatable"):
+            value = data.get(key, 0)
+            if isinstance(value, int):
+                setattr(scan, key, value)
+        return scan
+
+    def fact_status(self) -> str:
+        """The status as a snapshot Fact may carry it (no "not_elf" there)."""
+        return ERROR if self.status == NOT_ELF else self.status
+
+
+class _Truncated(Exception):
+    """A read came back short: the file ends before a structure it announces."""
+
+
+class _Reader:
+    """Positioned reads on a file object, counting bytes; never reads more than asked."""
+
+    def __init__(self, handle: BinaryIO, size: int) -> None:
+        self.handle = handle
+        self.size = size
+        self.bytes_read = 0
+
+    def read(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length <= 0 or offset >= self.size:
+            return b""
+        length = min(length, self.size - offset)
+        self.handle.seek(offset)
+        data = self.handle.read(length) or b""
+        self.bytes_read += len(data)
+        return data
+
+    def exact(self, offset: int, length: int, what: str) -> bytes:
+        data = self.read(offset, length)
+        if len(data) != length:
+            raise _Truncated(f"file ends inside {what} (needs {length} bytes at {offset:#x}, file is {self.size} bytes)")
+        return data
+
+
+@dataclass
+class _Section:
+    name: bytes
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+
+
+class _Elf:
+    """The section table of a little-endian ELF32/ELF64 file (System V gABI layouts)."""
+
+    def __init__(self, reader: _Reader, is64: bool) -> None:
+        self.reader = reader
+        self.is64 = is64
+        self.sections: List[_Section] = []
+        self.loaded: List[_Section] = []  # SHF_ALLOC sections with file data and an address
+
+    def load(self) -> None:
+        r = self.reader
+        if self.is64:
+            # Elf64_Ehdr: e_shoff u64 @0x28, e_shentsize u16 @0x3A, e_shnum @0x3C, e_shstrndx @0x3E
+            head = r.exact(0, 64, "the ELF64 header")
+            (shoff,) = struct.unpack_from("<Q", head, 0x28)
+            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
+            need = 64
+        else:
+            # Elf32_Ehdr: e_shoff u32 @0x20, e_shentsize u16 @0x2E, e_shnum @0x30, e_shstrndx @0x32
+            head = r.exact(0, 52, "the ELF32 header")
+            (shoff,) = struct.unpack_from("<I", head, 0x20)
+            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x2E)
+            need = 40
+        if shoff == 0:
+            raise ValueError("no section header table (cannot locate .nv_fatbin)")
+        if shentsize < need:
+            raise ValueError(f"section header entries of {shentsize} bytes (expected {need})")
+        if shnum == 0 or shstrndx == SHN_XINDEX:
+            # gABI extended numbering: the real values live in section 0's sh_size / sh_link.
+            zero = r.exact(shoff, need, "section header 0")
+            shnum = shnum or self._parse(zero).size
+            if shstrndx == SHN_XINDEX:
+                shstrndx = self._link(zero)
+        if shnum * shentsize > MAX_SECTION_TABLE:
+            raise ValueError(f"implausible section header table ({shnum} entries)")
+        table = r.exact(shoff, shnum * shentsize, "the section header table")
+        raw = [table[i * shentsize:i * shentsize + need] for i in range(shnum)]
+        sections = [self._parse(entry) for entry in raw]
+        if not 0 <= shstrndx < shnum:
+            raise ValueError(f"section name table index {shstrndx} out of range ({shnum} sections)")
+        strtab = sections[shstrndx]
+        names = r.exact(strtab.offset, min(strtab.size, MAX_NAME_TABLE), "the section name table")
+        for entry, section in zip(raw, sections):
+            (name_off,) = struct.unpack_from("<I", entry, 0)  # sh_name @0 (both classes)
+            end = names.find(b"\0", name_off)
+            section.name = names[name_off:end] if 0 <= name_off < len(names) and end >= 0 else b""
+        self.sections = sections
+        self.loaded = [s for s in sections if s.flags & SHF_ALLOC and s.type != SHT_NOBITS and s.addr]
+
+    def _parse(self, entry: bytes) -> _Section:
+        if self.is64:
+            # Elf64_Shdr: sh_type u32 @4, sh_flags u64 @8, sh_addr @0x10, sh_offset @0x18, sh_size @0x20
+            sh_type, sh_flags, addr, offset, size = struct.unpack_from("<IQQQQ", entry, 4)
+        else:
+            # Elf32_Shdr: sh_type u32 @4, sh_flags u32 @8, sh_addr @0xC, sh_offset @0x10, sh_size @0x14
+            sh_type, sh_flags, addr, offset, size = struct.unpack_from("<IIIII", entry, 4)
+        return _Section(b"", sh_type, sh_flags, addr, offset, size)
+
+    def _link(self, entry: bytes) -> int:
+        # sh_link: u32 @0x28 (ELF64) / @0x18 (ELF32)
+        return struct.unpack_from("<I", entry, 0x28 if self.is64 else 0x18)[0]
+
+    def find(self, name: bytes) -> Optional[_Section]:
+        for section in self.sections:
+            if section.name == name:
+                return section
+        return None
+
+    def file_offset(self, vaddr: int) -> Optional[int]:
+        """Where the loaded address ``vaddr`` comes from in the file, via SHF_ALLOC sections."""
+        for s in self.loaded:
+            if s.addr <= vaddr < s.addr + s.size:
+                return s.offset + (vaddr - s.addr)
+        return None
+
+
+class _Collector:
+    """Accumulates entries; notes what could not be read (errors) and what is odd (notes)."""
+
+    def __init__(self) -> None:
+        self.sass: Set[Tuple[int, str]] = set()
+        self.ptx: Set[Tuple[int, str]] = set()
+        self.ptx_isa: Set[Tuple[int, int]] = set()
+        self.lto: Set[int] = set()
+        self.counts: Dict[str, int] = {}
+        self.entries = 0
+        self.compressed = 0
+        self.containers = 0
+        self.unknown_kinds: Set[int] = set()
+        self.errors: List[str] = []
+        self.notes: List[str] = []
+
+    def add(self, kind: int, arch: int, flags: int, minor: int, major: int, compressed: bool) -> None:
+        self.entries += 1
+        if compressed:
+            self.compressed += 1
+        suffix = "a" if flags & FLAG_ARCH_SPECIFIC else ("f" if flags & FLAG_FAMILY else "")
+        if kind in (KIND_ELF, KIND_ELF_ALT):
+            self.sass.add((arch, suffix))
+            name = f"sm_{arch}{'a' if suffix == 'a' else ''}"  # cuobjdump: sm_100f cubin = sm_100
+        elif kind == KIND_PTX:
+            self.ptx.add((arch, suffix))
+            # facts 6.3 minor/major; fixtures: 9.0 = the PTX's `.version 9.0` (nvcc 13.0), 9.5 (13.5)
+            self.ptx_isa.add((major, minor))
+            name = f"compute_{arch}{suffix}"
+        elif kind == KIND_LTO:
+            self.lto.add(arch)
+            name = f"lto_{arch}"
+        else:
+            self.unknown_kinds.add(kind)
+            name = f"kind_{kind:#x}"
+        self.counts[name] = self.counts.get(name, 0) + 1
+
+
+def _align8(value: int) -> int:
+    return (value + 7) & ~7
+
+
+def _extension_size(header: bytes, base: int) -> Optional[int]:
+    """Length of the entry header record at ``header[base:]`` that has an extension.
+
+    Learnt from nvcc 13.5 output (every entry of libvariants/libfamily/libconcat.so): u32 @0x14
+    is the extension's offset (0x40); there, u32 = offset of a byte string (0x48) and u32 = its
+    length; 4 more bytes follow it and the record is padded to 8. Gives 80 for PTX, 96/112/120
+    for the sm_100+ cubins: equal to the header-size field of every plain entry that has one.
+    """
+    (ext,) = struct.unpack_from("<I", header, base + 0x14)
+    if ext == 0:
+        return ENTRY_BASE
+    if ext < ENTRY_BASE or base + ext + 8 > len(header):
+        return None
+    str_off, str_len = struct.unpack_from("<II", header, base + ext)
+    return _align8(str_off + str_len + 4)
+
+
+class _Walker:
+    def __init__(self, reader: _Reader, sink: _Collector) -> None:
+        self.r = reader
+        self.sink = sink
+        self.resync_left = MAX_RESYNC_BYTES
+
+    def walk_region(self, start: int, end: int, where: str) -> None:
+        """Every container in file bytes [start, end) (facts 6.4 step 2)."""
+        pos = start
+        while (pos + CONTAINER_BYTES <= end and self.sink.entries < MAX_ENTRIES
+               and self.sink.containers < MAX_CONTAINERS):
+            head = self.r.read(pos, CONTAINER_BYTES)
+            if len(head) < CONTAINER_BYTES:
+                self.sink.errors.append(f"{where} is cut short: file ends at {self.r.size:#x}")
+                return
+            magic, version, hsize, fsize = CONTAINER_HEADER.unpack(head)
+            if magic != FATBIN_MAGIC or hsize < CONTAINER_BYTES:
+                if magic == OLD_FATBIN_MAGIC:
+                    self.sink.errors.append(f"{where}: old-style fatbin (magic 0x1EE55A01, pre-CUDA 4) is not read")
+                    return
+                found, zeros = self._resync(pos + 8, start, end)
+                if found is None:
+                    if pos == start:
+                        self.sink.errors.append(f"{where} holds no fatbin container (no magic 0xBA55ED50)")
+                    elif zeros and head == bytes(CONTAINER_BYTES):
+                        self.sink.notes.append(f"{where}: {end - pos} zero bytes at the end")
+                    else:
+                        self.sink.errors.append(f"{where}: bytes from {pos - start:#x} are not a fatbin container")
+                    return
+                self.sink.notes.append(f"{where}: skipped {found - pos} bytes between containers")
+                pos = found
+                continue
+            if version != 1:
+                self.sink.notes.append(f"{where}: container version {version} (expected 1)")
+            self.sink.containers += 1
+            cend = pos + hsize + fsize
+            if cend > end:
+                self.sink.errors.append(f"{where}: container at {pos - start:#x} runs past the section end")
+                cend = end
+            self._walk_entries(pos + hsize, cend, where)
+            pos = cend
+
+    def _resync(self, pos: int, start: int, end: int) -> Tuple[Optional[int], bool]:
+        """(next container magic at an 8-aligned offset of the section in [pos, end), whether
+        every byte read on the way was zero) (facts 6.4 step 2). Reads at most MAX_RESYNC_BYTES
+        per scan. Chunks start 8-aligned and are a multiple of 8 long, so an aligned 4-byte magic
+        never straddles two chunks."""
+        pos = start + _align8(pos - start)
+        needle = struct.pack("<I", FATBIN_MAGIC)
+        zeros = True
+        while pos < end:
+            length = min(RESYNC_CHUNK, end - pos, self.resync_left) & ~7
+            if length < 8:
+                return None, zeros and end - pos < 8 and not self.r.read(pos, end - pos).strip(b"\0")
+            chunk = self.r.read(pos, length)
+            if len(chunk) < length:
+                return None, False
+            self.resync_left -= len(chunk)
+            i = chunk.find(needle)
+            while i >= 0:
+                if i % 8 == 0:
+                    if pos + i + CONTAINER_BYTES <= end:
+                        return pos + i, zeros and not chunk[:i].strip(b"\0")
+                    return None, False
+                i = chunk.find(needle, i + 1)
+            zeros = zeros and not chunk.strip(b"\0")
+            pos += len(chunk)
+        return None, zeros
+
+    def _walk_entries(self, pos: int, end: int, where: str) -> None:
+        # facts 6.3: next entry = entry + header_size + size; no terminator (facts 6.4, nvopen-tools)
+        while pos < end and self.sink.entries < MAX_ENTRIES:
+            if pos + ENTRY_BASE > end:
+                self.sink.errors.append(f"{where}: {end - pos} stray bytes at the end of a container")
+                return
+            head = self.r.read(pos, ENTRY_BASE)
+            if len(head) < ENTRY_BASE:
+                self.sink.errors.append(f"{where} is cut short: file ends at {self.r.size:#x}")
+                return
+            kind, _, ehsize, size = ENTRY_HEAD.unpack_from(head, 0)
+            if ehsize < ENTRY_BASE or pos + ehsize > end:
+                self.sink.errors.append(f"{where}: entry header at {pos:#x} has an impossible size {ehsize}")
+                return
+            minor, major, arch = struct.unpack_from("<HHI", head, 0x18)  # facts 6.3 @0x18/0x1A/0x1C
+            (flags,) = struct.unpack_from("<Q", head, 0x28)  # facts 6.3 @0x28
+            compressed = bool(flags & FLAG_COMPRESSED)  # facts 6.3: 0x2000 LZ4, 0x8000 zstd
+            if kind == KIND_CONCAT:
+                self._concat(pos, ehsize, compressed, where)
+            else:
+                self.sink.add(kind, arch, flags, minor, major, compressed)
+            nxt = pos + ehsize + size
+            if nxt > end:
+                self.sink.errors.append(f"{where}: entry at {pos:#x} runs past its container")
+                return
+            pos = nxt
+
+    def _concat(self, pos: int, ehsize: int, compressed: bool, where: str) -> None:
+        """A fatbinary -concat entry (kind 0x100): its extension lists the members' headers.
+
+        Layout from nvcc 13.5 output (tests/fixtures/fatbin/libconcat.so, checked against
+        cuobjdump's list): at the extension (u32 @0x14, 0x40): u32 member count, u32 table
+        size (these 8 bytes included), then one record per member laid out like an entry
+        header (kind @0, arch @0x1C, flags @0x28 ...) except that u32 @4 is the member's offset
+        in the decompressed stream, so each record's length comes from its own extension.
+        """
+        if ehsize > MAX_CONCAT_HEADER:
+            self.sink.errors.append(f"{where}: concatenated entry at {pos:#x} has an implausible header")
+            return
+        header = self.r.read(pos, ehsize)
+        (ext,) = struct.unpack_from("<I", header, 0x14) if len(header) >= 0x18 else (0,)
+        if len(header) < ehsize or ext < ENTRY_BASE or ext + 8 > len(header):
+            self.sink.errors.append(f"{where}: concatenated entry at {pos:#x} could not be read")
+            return
+        count, table_size = struct.unpack_from("<II", header, ext)
+        table_end = ext + table_size
+        members = []
+        rec = ext + 8
+        while rec + ENTRY_BASE <= min(table_end, len(header)) and len(members) < count:
+            length = _extension_size(header, rec)
+            if length is None or length < ENTRY_BASE:
+                break
+            kind = struct.unpack_from("<H", header, rec)[0]
+            minor, major, arch = struct.unpack_from("<HHI", header, rec + 0x18)
+            (flags,) = struct.unpack_from("<Q", header, rec + 0x28)
+            members.append((kind, arch, flags, minor, major))
+            rec += length
+        if len(members) != count or rec != table_end or table_end > len(header):
+            self.sink.errors.append(
+                f"{where}: concatenated entry at {pos:#x}: member table not understood "
+                f"({count} members announced, {len(members)} read)"
+            )
+            return
+        for kind, arch, flags, minor, major in members:
+            self.sink.add(kind, arch, flags, minor, major, compressed)
+
+
+def _open_file(path: str) -> BinaryIO:
+    return open(path, "rb", buffering=0)  # raw: a seek + read(64) reads 64 bytes, not 8 KiB
+
+
+def _fail(status: str, detail: str) -> FatbinScan:
+    return FatbinScan(status=status, detail=detail)
+
+
+def scan(path: str, opener: Optional[Callable[[str], BinaryIO]] = None) -> FatbinScan:
+    """Read the fatbin headers of the ELF file at ``path``. Never raises.
+
+    ``opener(path)`` returns a binary file object with seek/read (default: unbuffered open);
+    tests pass a counting wrapper to prove how little is read.
+    """
+    try:
+        return _scan(path, opener or _open_file)
+    except Exception as exc:  # the contract: a result, never a traceback
+        return _fail(ERROR, f"unexpected {type(exc).__name__}: {exc}")
+
+
+def _scan(path: str, opener: Callable[[str], BinaryIO]) -> FatbinScan:
+    try:
+        st = os.stat(path)  # before open(): opening a FIFO would block
+    except PermissionError as exc:
+        return _fail(NO_PERMISSION, f"{path}: {exc.strerror or exc}")
+    except OSError as exc:
+        return _fail(ERROR, f"{path}: {exc.strerror or exc}")
+    except (ValueError, TypeError) as exc:  # embedded NUL, not a path
+        return _fail(ERROR, f"bad path: {exc}")
+    if stat.S_ISDIR(st.st_mode):
+        return _fail(ERROR, f"{path}: is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        return _fail(ERROR, f"{path}: not a regular file")
+    try:
+        handle = opener(path)
+    except PermissionError as exc:
+        return _fail(NO_PERMISSION, f"{path}: {exc.strerror or exc}")
+    except OSError as exc:
+        return _fail(ERROR, f"{path}: {exc.strerror or exc}")
+    try:
+        try:
+            size = handle.seek(0, 2)
+            reader = _Reader(handle, size)
+            result = _scan_open(reader)
+            result.bytes_read = reader.bytes_read
+            return result
+        except PermissionError as exc:
+            return _fail(NO_PERMISSION, f"{path}: {exc.strerror or exc}")
+        except OSError as exc:
+            return _fail(ERROR, f"{path}: {exc.strerror or exc}")
+    finally:
+        try:
+            handle.close()
+        except Exception:
+            pass
+
+
+def _scan_open(r: _Reader) -> FatbinScan:
+    ident = r.read(0, 16)
+    if not ident:
+        return _fail(NOT_ELF, "empty file")
+    if ident[:4] != ELF_MAGIC:
+        return _fail(NOT_ELF, "not an ELF file")
+    if len(ident) < 16:
+        return _fail(ERROR, "truncated ELF header")
+    ei_class, ei_data = ident[4], ident[5]
+    if ei_data == ELFDATA2MSB:
+        return _fail(NOT_SUPPORTED, "big-endian ELF is not supported (NVIDIA fatbins are little-endian)")
+    if ei_data != ELFDATA2LSB:
+        return _fail(ERROR, f"unknown ELF data encoding {ei_data}")
+    if ei_class not in (ELFCLASS32, ELFCLASS64):
+        return _fail(ERROR, f"unknown ELF class {ei_class}")
+    elf = _Elf(r, ei_class == ELFCLASS64)
+    try:
+        elf.load()
+    except _Truncated as exc:
+        return _fail(ERROR, f"truncated ELF: {exc}")
+    except (ValueError, struct.error) as exc:
+        return _fail(ERROR, f"malformed ELF: {exc}")
+
+    fatbin = elf.find(FATBIN_SECTION)
+    relfatbin = elf.find(RELFATBIN_SECTION)
+    wrappers = elf.find(WRAPPER_SECTION)
+    if fatbin is None and relfatbin is None and wrappers is None:
+        return _fail(ABSENT, "no .nv_fatbin, __nv_relfatbin or .nvFatBinSegment section: not a CUDA binary")
+
+    sink = _Collector()
+    walker = _Walker(r, sink)
+    sections: List[str] = []
+    covered: List[Tuple[int, int]] = []
+    # What cuobjdump lists: .nv_fatbin; in a file without it (an object file) __nv_relfatbin.
+    primary = fatbin if fatbin is not None else relfatbin
+    if primary is not None:
+        _walk_section(r, walker, primary, sink)
+        sections.append(primary.name.decode("ascii", "replace"))
+        covered.append((primary.offset, primary.offset + primary.size))
+    relocatable = 0
+    if fatbin is not None and relfatbin is not None:
+        # The -rdc objects a linked library keeps: counted, not listed (not what is loaded).
+        rel = _Collector()
+        _walk_section(r, _Walker(r, rel), relfatbin, rel)
+        relocatable = rel.entries
+        sink.errors.extend(rel.errors)
+        sections.append(relfatbin.name.decode("ascii", "replace"))
+        covered.append((relfatbin.offset, relfatbin.offset + relfatbin.size))
+    if wrappers is not None:
+        _walk_wrappers(r, elf, walker, wrappers, covered, sink, sections)
+    return _result(sink, sections, relocatable)
+
+
+def _walk_section(r: _Reader, walker: _Walker, section: _Section, sink: _Collector) -> None:
+    where = section.name.decode("ascii", "replace")
+    if section.type == SHT_NOBITS:
+        sink.errors.append(f"{where} has no data in this file (SHT_NOBITS: a stripped or debug-only file?)")
+        return
+    end = section.offset + section.size
+    if end > r.size:
+        sink.errors.append(f"{where} ends at {end:#x} but the file is {r.size} bytes (truncated)")
+        end = r.size
+    walker.walk_region(section.offset, end, where)
+
+
+def _walk_wrappers(r: _Reader, elf: _Elf, walker: _Walker, section: _Section,
+                   covered: List[Tuple[int, int]], sink: _Collector, sections: List[str]) -> None:
+    """Containers that wrapper records point at outside the sections already read (facts 6.1).
+
+    __fatBinC_Wrapper_t = {int magic, int version, ptr data, ptr filename_or_fatbins}: 24 bytes
+    in ELF64, 16 in ELF32. ``data`` is a virtual address, written in place by the linker in
+    shared libraries (fixture: 0x8e990 = .nv_fatbin) and 0 in object files (a relocation).
+    """
+    if section.type == SHT_NOBITS:
+        return
+    ptr, size = ("<Q", 24) if elf.is64 else ("<I", 16)
+    data = r.read(section.offset, min(section.size, MAX_WRAPPER_BYTES))
+    extra = False
+    for base in range(0, len(data) - size + 1, size):
+        (magic,) = struct.unpack_from("<I", data, base)
+        if magic != WRAPPER_MAGIC:
+            continue
+        (vaddr,) = struct.unpack_from(ptr, data, base + 8)
+        offset = elf.file_offset(vaddr) if vaddr else None
+        if offset is None or any(lo <= offset < hi for lo, hi in covered):
+            continue
+        head = r.read(offset, CONTAINER_BYTES)
+        if len(head) < CONTAINER_BYTES:
+            continue
+        magic, _, hsize, fsize = CONTAINER_HEADER.unpack(head)
+        if magic != FATBIN_MAGIC or hsize < CONTAINER_BYTES:
+            continue
+        end = min(offset + hsize + fsize, r.size)
+        walker.walk_region(offset, end, f"container at {offset:#x} (from {WRAPPER_SECTION.decode()})")
+        covered.append((offset, end))
+        extra = True
+    if extra:
+        sections.append(WRAPPER_SECTION.decode())
+
+
+def _name_order(item: Tuple[str, int]) -> Tuple[str, int, str]:
+    prefix, _, rest = item[0].partition("_")
+    digits = rest.rstrip("af")
+    return (prefix, int(digits) if digits.isdigit() else -1, rest)
+
+
+def _result(c: _Collector, sections: List[str], relocatable: int) -> FatbinScan:
+    # cuobjdump prints a family cubin (sm_100f) as sm_100: the same code; PTX keeps its 'f'.
+    cubins = sorted({(arch, "a" if suffix == "a" else "") for arch, suffix in c.sass})
+    scan = FatbinScan(
+        sm=sorted({arch for arch, _ in c.sass}),
+        sm_variants=[f"sm_{arch}{suffix}" for arch, suffix in cubins],
+        ptx=sorted({arch for arch, _ in c.ptx}),
+        ptx_variants=[f"compute_{arch}{suffix}" for arch, suffix in sorted(c.ptx)],
+        ptx_isa=[f"{major}.{minor}" for major, minor in sorted(c.ptx_isa)],
+        lto=sorted(c.lto),
+        entries=c.entries,
+        compressed=c.compressed,
+        containers=c.containers,
+        relocatable=relocatable,
+        sections=sections,
+        counts=dict(sorted(c.counts.items(), key=_name_order)),
+    )
+    notes = list(c.errors)
+    if c.unknown_kinds:
+        notes.append("entries of unknown kind " + ", ".join(f"{k:#x}" for k in sorted(c.unknown_kinds)))
+    notes.extend(c.notes)
+    if c.entries >= MAX_ENTRIES or c.containers >= MAX_CONTAINERS:
+        c.errors.append(f"stopped after {c.entries} entries in {c.containers} containers")
+        notes.append(c.errors[-1])
+    scan.detail = "; ".join(notes)
+    if c.errors:
+        scan.status = ERROR
+    elif c.entries == 0 and sections:
+        scan.status = ERROR
+        scan.detail = scan.detail or f"{', '.join(sections)} holds no fatbin entries"
+    elif c.entries == 0:
+        scan.status = ABSENT
+        scan.detail = scan.detail or "only .nvFatBinSegment, and no fatbin it points at: not a CUDA binary"
+    return scan
+
+
+# --- compatibility (facts.md 2.1 "Binary compatibility", 6.4 step 4) -------------------------
+
+def _split(name: str, prefix: str) -> Optional[Tuple[int, str]]:
+    if not name.startswith(prefix):
+        return None
+    body = name[len(prefix):]
+    suffix = body[-1] if body[-1:] in ("a", "f") else ""
+    digits = body[:-1] if suffix else body
+    return (int(digits), suffix) if digits.isdigit() else None
+
+
+def _cc(arch: int) -> Tuple[int, int]:
+    return arch // 10, arch % 10  # 86 -> (8, 6), 100 -> (10, 0), 121 -> (12, 1)
+
+
+def runs_on(scan: FatbinScan, cc: Tuple[int, int]) -> Tuple[bool, str]:
+    """Can this binary run on a GPU of compute capability ``cc``? Returns (ok, how).
+
+    facts.md 2.1: a cubin for sm_XY runs on the same major with minor >= Y (sm_80 on 8.6, not
+    on 9.0); an arch-specific 'a' cubin only on that exact cc; PTX JIT-compiles for any cc at
+    or above its arch ('a' PTX: that exact cc; 'f' PTX: members of its family, same major with
+    minor >= its own). Whether the driver's JIT accepts the PTX ISA (``ptx_isa``) is a driver
+    question this function does not answer.
+    """
+    if (not isinstance(cc, (tuple, list)) or len(cc) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in cc)
+            or cc[0] < 0 or not 0 <= cc[1] <= 9):
+        return False, f"invalid compute capability {cc!r} (expected (major, minor), e.g. (8, 6))"
+    major, minor = cc[0], cc[1]
+    want = (major, minor)
+    name = f"{major}.{minor}"
+    if not isinstance(scan, FatbinScan):
+        return False, "no fatbin scan"
+
+    sass = [v for v in (_split(n, "sm_") for n in scan.sm_variants) if v]
+    if not sass:  # a scan replayed without variants: plain names from the arch list
+        sass = [(a, "") for a in scan.sm if isinstance(a, int)]
+    ptx = [v for v in (_split(n, "compute_") for n in scan.ptx_variants) if v]
+    if not ptx:
+        ptx = [(a, "") for a in scan.ptx if isinstance(a, int)]
+
+    def sass_ok(arch: int, suffix: str) -> bool:
+        if suffix == "a":
+            return _cc(arch) == want
+        return _cc(arch)[0] == major and _cc(arch)[1] <= minor
+
+    def ptx_ok(arch: int, suffix: str) -> bool:
+        if suffix == "a":
+            return _cc(arch) == want
+        if suffix == "f":
+            return _cc(arch)[0] == major and _cc(arch)[1] <= minor
+        return _cc(arch) <= want
+
+    good = [(a, s) for a, s in sass if sass_ok(a, s)]
+    if good:
+        # Highest arch; at the same arch prefer the plain cubin's name (it also runs here).
+        arch, suffix = max(good, key=lambda v: (v[0], v[1] != "a"))
+        return True, f"sass sm_{arch}{suffix}"
+    good = [(a, s) for a, s in ptx if ptx_ok(a, s)]
+    if good:
+        arch, suffix = max(good, key=lambda v: (v[0], v[1] == ""))
+        return True, f"ptx compute_{arch}{suffix} (JIT)"
+
+    if scan.status != OK and not sass and not ptx:
+        return False, f"unknown: fatbin scan {scan.status}" + (f" ({scan.detail})" if scan.detail else "")
+    have = [f"sm_{a}{s if s == 'a' else ''}" for a, s in sorted(set(sass))]
+    have += [f"compute_{a}{s}" for a, s in sorted(set(ptx))]
+    reason = f"no kernel image for {name}: no sm_{major}{minor}-compatible SASS and no PTX at or below compute_{major}{minor}"
+    reason += f" (has {', '.join(have)})" if have else " (no GPU code at all)"
+    if scan.status != OK:
+        reason += f"; scan incomplete: {scan.status}"
+    return False, reason
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m gpudoctor.probes.fatbin FILE...``: one JSON line per file."""
+    paths = sys.argv[1:] if argv is None else argv
+    for path in paths:
+        result = scan(path)
+        out = {"path": path, **result.to_json(), "bytes_read": result.bytes_read}
+        print(json.dumps(out, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
