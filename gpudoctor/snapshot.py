@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
 SCHEMA_VERSION = 1
+MAX_GPUS = 1024
 
 OK = "ok"
 ABSENT = "absent"  # looked, and it is not there (no driver, no torch)
@@ -97,7 +98,10 @@ class Snapshot:
     def gpu_indices(self) -> List[int]:
         """Indices of the GPUs the driver enumerated (all of them, not only the visible ones)."""
         count = self.value("gpu.count", 0)
-        return list(range(count)) if isinstance(count, int) else []
+        if not isinstance(count, int) or isinstance(count, bool):
+            return []
+        # NVML enumerates at most a few dozen GPUs; a hostile snapshot must not make us loop forever.
+        return list(range(max(0, min(count, MAX_GPUS))))
 
     def with_prefix(self, prefix: str) -> Iterator[tuple]:
         for path in sorted(self.facts):
@@ -120,18 +124,24 @@ class Snapshot:
         if not isinstance(data, dict) or "schema_version" not in data:
             raise SnapshotError("not a gpudoctor snapshot (no schema_version)")
         version = data["schema_version"]
-        if not isinstance(version, int):
+        if not isinstance(version, int) or isinstance(version, bool):
             raise SnapshotError(f"bad schema_version {version!r}")
         if version > SCHEMA_VERSION:
             raise SnapshotError(
-                f"snapshot schema_version {version} is newer than this gpudoctor understands "
+                f"schema_version {version} is newer than this gpudoctor understands "
                 f"({SCHEMA_VERSION}); upgrade gpudoctor"
             )
         facts = data.get("facts")
         if not isinstance(facts, dict):
-            raise SnapshotError("snapshot has no facts object")
+            raise SnapshotError("no facts object")
         meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
-        return cls({str(path): Fact.from_json(fact) for path, fact in facts.items()}, meta)
+        parsed = {}
+        for path, fact in facts.items():
+            try:
+                parsed[str(path)] = Fact.from_json(fact)
+            except SnapshotError as exc:
+                raise SnapshotError(f"fact {path!r}: {exc}") from None
+        return cls(parsed, meta)
 
     @classmethod
     def load(cls, path: str) -> "Snapshot":
@@ -146,7 +156,12 @@ class Snapshot:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SnapshotError(f"snapshot {path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
-        return cls.from_json(data)
+        except RecursionError:
+            raise SnapshotError(f"snapshot {path} is not a gpudoctor snapshot (JSON nested too deeply)") from None
+        try:
+            return cls.from_json(data)
+        except SnapshotError as exc:
+            raise SnapshotError(f"snapshot {path}: {exc}") from None
 
 
 def mib(nbytes: Optional[int]) -> str:

@@ -7,8 +7,12 @@ dropped, which is how a typo hides GPUs. An empty value hides every GPU.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
+
+# ASCII digits only: str.isdigit() also accepts "²" or "٣", which int() rejects or CUDA never reads.
+_INDEX = re.compile(r"-?[0-9]+")
 
 
 @dataclass
@@ -25,6 +29,8 @@ def resolve(value: Optional[str], uuids: Sequence[Optional[str]]) -> Visibility:
     if value is None:
         return Visibility(list(range(count)))
     entries = [entry.strip() for entry in value.split(",")]
+    while len(entries) > 1 and not entries[-1]:
+        entries.pop()  # a trailing comma ("0,1,") loses no GPU
     if entries == [""]:
         return Visibility([])
     seen: List[int] = []
@@ -43,7 +49,7 @@ def resolve(value: Optional[str], uuids: Sequence[Optional[str]]) -> Visibility:
 
 
 def _lookup(entry: str, uuids: Sequence[Optional[str]]) -> Optional[int]:
-    if entry.lstrip("-").isdigit():
+    if _INDEX.fullmatch(entry):
         number = int(entry)
         return number if 0 <= number < len(uuids) else None
     if entry.startswith("MIG-"):

@@ -112,6 +112,10 @@ def no_driver(snap):
       NO_PERMISSION): docs.nvidia.com/deploy/nvml-api; research/facts.md §1.3.
     - vLLM "Failed to infer device type": vllm-project/vllm#12847, #13865.
     """
+    if "driver.nvml" not in snap.facts:
+        # The GPU probe crashed or timed out before NVML answered (GD001 reports that):
+        # nothing says the driver is missing.
+        return Unknown("NVML was not queried (driver.nvml was not collected)")
     name = _nvml_failure_name(snap)
     if name is None:
         return None
@@ -250,9 +254,13 @@ def _torch_index_for(driver_cuda: Optional[str]) -> Optional[str]:
     if not driver_cuda:
         return None
     indexes = ("cu118", "cu121", "cu124", "cu126", "cu128", "cu129", "cu130")
-    limit = version_tuple(driver_cuda)
-    fitting = [i for i in indexes if (int(i[2:4]), int(i[4:])) <= limit[:2]]
-    return fitting[-1] if fitting else None
+    limit = version_tuple(driver_cuda)[:2]
+    # Prefer a build no newer than the driver's CUDA; failing that, one of the same major,
+    # which runs through minor-version compatibility (cu118 on an R470 driver, CUDA 11.4).
+    fitting = [i for i in indexes if (int(i[2:4]), int(i[4:])) <= limit]
+    same_major = [i for i in indexes if int(i[2:4]) == limit[0]]
+    candidates = fitting or same_major
+    return candidates[-1] if candidates else None
 
 
 @rule("GD104", "kernel-module-version-unreadable", severity=WARNING, area="driver")

@@ -12,7 +12,7 @@ from gpudoctor.snapshot import ABSENT, ERROR, Fact, missing, ok
 
 PROC_VERSION = "/proc/driver/nvidia/version"
 SYS_VERSION = "/sys/module/nvidia/version"
-_VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?)\b")
+_VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?)\b", re.ASCII)  # ASCII: \d also matches "٥" otherwise
 
 
 def parse_proc_version(text: str) -> Optional[Tuple[str, str]]:

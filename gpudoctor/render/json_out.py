@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from gpudoctor import __version__
 from gpudoctor.engine import Result
-from gpudoctor.redact import redact
+from gpudoctor.redact import DEFAULT, Redactor
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -26,5 +26,8 @@ def document(result: Result, fail_on: str) -> Dict[str, Any]:
     }
 
 
-def dumps(data: Dict[str, Any]) -> str:
-    return redact(json.dumps(data, indent=1, sort_keys=True, default=str, ensure_ascii=False)) + "\n"
+def dumps(data: Dict[str, Any], redactor: Optional[Redactor] = None) -> str:
+    """One JSON document, through the redaction pass (``redactor``: the run's policy)."""
+    redactor = redactor or DEFAULT
+    text = json.dumps(redactor.data(data, strings=False), indent=1, sort_keys=True, default=str, ensure_ascii=False)
+    return redactor(text) + "\n"

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from gpudoctor import __version__
 from gpudoctor.engine import Result
-from gpudoctor.redact import redact
+from gpudoctor.redact import DEFAULT, Redactor, shown_value
 from gpudoctor.render.headlines import context, headline
 from gpudoctor.rule import AREAS
 
 
-def render(result: Result, fail_on: str) -> str:
+def render(result: Result, fail_on: str, redactor: Optional[Redactor] = None) -> str:
     counts = result.counts()
     blocking = result.blocking(fail_on)
     out: List[str] = [f"## gpudoctor {__version__}", "", f"_{context(result.snapshot)}_", ""]
@@ -31,7 +31,8 @@ def render(result: Result, fail_on: str) -> str:
         out.append(finding.message)
         out.append("")
         for item in finding.evidence:
-            out.append(f"- `{item.path}` = `{item.value!r}`" if not isinstance(item.value, str) else f"- `{item.path}` = `{item.value}`")
+            value = shown_value(item.path, item.value)
+            out.append(f"- `{item.path}` = `{value!r}`" if not isinstance(value, str) else f"- `{item.path}` = `{value}`")
         if finding.fix:
             out.append("")
             out.append(f"**Fix:** {finding.fix.summary}")
@@ -48,4 +49,4 @@ def render(result: Result, fail_on: str) -> str:
     out.append("```")
     out.append("")
     out.append("</details>")
-    return redact("\n".join(out) + "\n")
+    return (redactor or DEFAULT)("\n".join(out) + "\n")

@@ -30,6 +30,8 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
         outcomes = [o for o in result.outcomes if o.rule.area == area]
         if not outcomes:
             continue
+        if not verbose and all(o.status == NOT_APPLICABLE for o in outcomes):
+            continue  # e.g. the cluster area on one machine, the server area without --smoke
         state = _area_state(outcomes)
         counts = _area_counts(outcomes)
         lines.append(
@@ -81,8 +83,10 @@ def _finding_lines(finding, glyphs) -> List[Line]:
     out: List[Line] = [
         [(f"    {glyphs[finding.severity]} {finding.rule_id} {finding.name}{subject}: ", style), (finding.message, "")]
     ]
+    from gpudoctor.redact import shown_value
+
     for item in finding.evidence:
-        out.append([(f"        {item.path} = ", "dim"), (_short(item.value), "")])
+        out.append([(f"        {item.path} = ", "dim"), (_short(shown_value(item.path, item.value)), "")])
     if finding.fix:
         out.append([("      fix: ", "bold"), (finding.fix.summary, "")])
         for command in finding.fix.commands:
@@ -115,21 +119,31 @@ def plain(lines: List[Line]) -> str:
     return "\n".join("".join(text for text, _ in line).rstrip() for line in lines) + "\n"
 
 
-def write(lines: List[Line], stream, color: bool) -> None:
-    """Write to a stream; with colour through rich (imported only then)."""
-    from gpudoctor.redact import redact
+def write(lines: List[Line], stream, color: bool, redactor=None) -> None:
+    """Write to a stream through the redaction pass; with colour through rich (imported only then)."""
+    from gpudoctor.redact import DEFAULT
 
+    redact = redactor or DEFAULT
     if not color:
         stream.write(redact(plain(lines)))
         return
     from rich.console import Console
     from rich.text import Text
 
-    console = Console(file=stream, highlight=False, soft_wrap=True)
+    # Colour was decided by the caller (--color, NO_COLOR, isatty): make rich follow that
+    # decision instead of its own (it drops colour on a pipe, under NO_COLOR and TERM=dumb).
+    console = Console(file=stream, highlight=False, soft_wrap=True, force_terminal=True, color_system="standard", no_color=False)
     for line in lines:
         text = Text()
-        for segment, style in line:
-            text.append(redact(segment), style=style or None)
+        whole = "".join(segment for segment, _ in line)
+        scrubbed = redact(whole)
+        if scrubbed != whole:
+            # A secret can span segments ("HF_TOKEN = " | "hf_…"): redact the line as one text
+            # and give up its colours rather than a piece of the secret.
+            text.append(scrubbed)
+        else:
+            for segment, style in line:
+                text.append(segment, style=style or None)
         console.print(text)
 
 
