@@ -66,7 +66,8 @@ def test_h200_matches_expected_values():
     assert value["gpu.0.mig_mode"] is False
     assert value["gpu.0.throttle_reasons"] == ["gpu_idle"]
     assert value["gpu.0.processes"] == []
-    assert facts["gpu.0.compute_capability"].status == NOT_SUPPORTED
+    # The XML has no compute capability; it comes from the product name (gpudoctor.gpu_table).
+    assert (facts["gpu.0.compute_capability"].value, facts["gpu.0.compute_capability"].source) == ("9.0", "nvidia-smi+name table")
     assert facts["gpu.0.nvlink_active"].status == NOT_SUPPORTED
 
 
@@ -104,7 +105,7 @@ def test_h200_writes_the_nvml_keys_with_the_nvidia_smi_source():
     assert gpu_keys == _nvml_gpu_keys()
     assert {"driver.version", "driver.cuda_max", "gpu.count"} <= set(facts)
     for path, fact in facts.items():
-        assert fact.source == "nvidia-smi", path
+        assert fact.source == ("nvidia-smi+name table" if path.endswith(".compute_capability") else "nvidia-smi"), path
         assert fact.status in STATUSES, path
         json.dumps(fact.to_json())  # the snapshot must serialise
 
@@ -154,7 +155,8 @@ def _check_types(facts, index):
         assert set(rows) == {"correctable", "uncorrectable", "pending", "failure"}
         assert isinstance(rows["pending"], bool) and isinstance(rows["failure"], bool)
     for proc in get("processes") or []:
-        assert set(proc) == {"pid", "used_memory"} and isinstance(proc["pid"], int)
+        assert set(proc) == {"pid", "used_memory", "type"} and isinstance(proc["pid"], int)
+        assert proc["type"] in ("C", "G", "C+G")
         assert proc["used_memory"] is None or isinstance(proc["used_memory"], int)
 
 
@@ -175,14 +177,17 @@ def test_a100_trimmed_file_counts_gpu_elements_not_attached_gpus():
     assert "gpu.1.name" not in facts
 
 
-def test_tesla_t4_processes_are_compute_only():
+def test_tesla_t4_processes_keep_their_type():
     facts = _parse("telegraf__tesla-t4.xml")
     assert facts["gpu.0.name"].value == "Tesla T4"
     assert facts["driver.version"].value == "515.105.01"
     assert facts["gpu.0.pci_bus_id"].value == "00000000:00:1E.0"
     assert facts["gpu.0.ecc_uncorrected_volatile"].value == 0
-    # Xorg (type G) is left out, as NVML's compute-process list leaves it out.
-    assert facts["gpu.0.processes"].value == [{"pid": 5762, "used_memory": 1005 * MIB}]
+    # Xorg is a graphics process (type G), listed as probes.nvml lists it.
+    assert facts["gpu.0.processes"].value == [
+        {"pid": 675, "used_memory": 22 * MIB, "type": "G"},
+        {"pid": 5762, "used_memory": 1005 * MIB, "type": "C"},
+    ]
 
 
 def test_rtx_4090_driver_535():

@@ -181,7 +181,10 @@ def _compute_capability(gpu: ET.Element) -> Fact:
     for path in ("compute_capability", "cuda_compute_capability", "compute_cap"):
         if gpu.find(path) is not None:
             return _field(gpu, path, lambda t: "%d.%d" % tuple(int(p) for p in t.split(".")))
-    return missing(NOT_SUPPORTED, "nvidia-smi -q -x does not report compute capability", SOURCE)
+    from gpudoctor.gpu_table import cc_for_name  # the XML never says it: take it from the product name
+
+    cc = cc_for_name((gpu.findtext("product_name") or "").strip())
+    return ok(cc, "nvidia-smi+name table") if cc else missing(NOT_SUPPORTED, "nvidia-smi -q -x does not report compute capability", SOURCE)
 
 
 def _memory(gpu: ET.Element) -> Dict[str, Fact]:
@@ -274,11 +277,10 @@ def _nvlink(gpu: ET.Element) -> Fact:
 
 
 def _processes(node: Optional[ET.Element]) -> Fact:
-    """Compute processes, as NVML's nvmlDeviceGetComputeRunningProcesses lists them.
+    """GPU processes with their type ("C" compute, "G" graphics such as Xorg, "C+G"), as probes.nvml lists them.
 
-    The XML also lists graphics-only processes (type "G", e.g. Xorg); NVML's compute list does
-    not, so they are left out. used_memory is "N/A" under Windows WDDM and for other
-    users' processes in containers: None, as in probes.nvml.
+    used_memory is "N/A" under Windows WDDM and for other users' processes in containers:
+    None, as in probes.nvml.
     """
     if node is None:
         return missing(ABSENT, "no <processes> in nvidia-smi XML", SOURCE)
@@ -287,13 +289,12 @@ def _processes(node: Optional[ET.Element]) -> Fact:
         return missing(_unavailable(text) or NOT_SUPPORTED, f"<processes> is {text!r}", SOURCE)
     out: List[Dict[str, Any]] = []
     for proc in node.findall("process_info"):
-        if (proc.findtext("type") or "").strip() == "G":
-            continue
         pid = _field(proc, "pid", int)
         if not pid.ok:
             continue
         used = _field(proc, "used_memory", _bytes)
-        out.append({"pid": pid.value, "used_memory": used.value if used.ok else None})
+        kind = (proc.findtext("type") or "").strip() or "C"
+        out.append({"pid": pid.value, "used_memory": used.value if used.ok else None, "type": kind})
     return ok(out, SOURCE)
 
 

@@ -16,6 +16,7 @@ Facts written (all with source "nvml"):
          memory_reserved, ecc_mode, ecc_uncorrected_volatile, remapped_rows, mig_mode,
          persistence_mode, compute_mode, throttle_reasons, pcie_gen_current, pcie_gen_max,
          pcie_width_current, pcie_width_max, nvlink_active, processes}
+  (processes: compute "C" and graphics "G" processes as {pid, used_memory, type})
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def _read_gpu(nv: Any, index: int) -> Dict[str, Fact]:
     f["pcie_width_current"] = _query(nv.nvmlDeviceGetCurrPcieLinkWidth, h, convert=int)
     f["pcie_width_max"] = _query(nv.nvmlDeviceGetMaxPcieLinkWidth, h, convert=int)
     f["nvlink_active"] = _nvlink(nv, h)
-    f["processes"] = _query(nv.nvmlDeviceGetComputeRunningProcesses, h, convert=_processes)
+    f["processes"] = _all_processes(nv, h)
     return {prefix + key: fact for key, fact in f.items()}
 
 
@@ -219,10 +220,25 @@ def _nvlink(nv: Any, h: Any) -> Fact:
     return ok(len(active), SOURCE)
 
 
-def _processes(procs: Any) -> List[Dict[str, Any]]:
+def _all_processes(nv: Any, h: Any) -> Fact:
+    """Compute processes (type "C"), plus graphics ones ("G", e.g. Xorg; "C+G" when both), as nvidia-smi lists them."""
+    compute = _query(nv.nvmlDeviceGetComputeRunningProcesses, h, convert=lambda procs: _processes(procs, "C"))
+    if not compute.ok:
+        return compute
+    graphics = _query(nv.nvmlDeviceGetGraphicsRunningProcesses, h, convert=lambda procs: _processes(procs, "G"))
+    merged = {entry["pid"]: entry for entry in compute.value}
+    for entry in graphics.value if graphics.ok else []:
+        if entry["pid"] in merged:
+            merged[entry["pid"]]["type"] = "C+G"
+        else:
+            merged[entry["pid"]] = entry
+    return ok(list(merged.values()), SOURCE)
+
+
+def _processes(procs: Any, kind: str) -> List[Dict[str, Any]]:
     out = []
     for proc in procs:
         used = getattr(proc, "usedGpuMemory", None)
         # NVML reports "not available" (e.g. no permission in a container) as a huge sentinel.
-        out.append({"pid": int(proc.pid), "used_memory": int(used) if isinstance(used, int) and used < 1 << 62 else None})
+        out.append({"pid": int(proc.pid), "used_memory": int(used) if isinstance(used, int) and used < 1 << 62 else None, "type": kind})
     return out

@@ -1,21 +1,98 @@
 """The Python stack, read from files without importing it.
 
-Standard library only, on purpose: this module must also run inside another interpreter
-(the venv where vLLM lives) as a script, so it cannot depend on gpudoctor's own deps.
-torch's CUDA build comes from the text of ``torch/version.py`` (never ``import torch``).
+Standard library only and Python 3.8-compatible, on purpose: this module also runs inside
+another interpreter (``--python``: the venv where vLLM lives) as a script given to ``-I -c``,
+so it cannot depend on gpudoctor or its deps. One code path, two places to run it:
+probes.pystack calls ``collect_plain`` in the doctor's process, or runs this file's source
+(with fatbin.py's) in the other interpreter and reads the JSON that ``main`` prints.
+
+What it reads, never importing any of it:
+- ``torch/version.py`` text (``__version__``, ``cuda``, ``hip``, ``git_version``); torch's C++
+  ABI from ``TorchConfig.cmake`` (``-D_GLIBCXX_USE_CXX11_ABI=N``, written by torch ≤ 2.6)
+  or else from the symbol names of ``torch/lib/libc10.so`` (``__cxx11`` in the mangled
+  names means the new ABI); research/facts.md §5.5.
+- every ``*.dist-info`` / ``*.egg-info`` on the path (METADATA headers only: the body is the
+  long description); for the inference stack also ``Requires-Dist`` and, when asked, RECORD
+  against the disk (stat only, ``.py`` and shared objects: what an import needs).
+- where the CUDA extension binaries of the stack are (torch/lib, vllm, flash-attn 2/3,
+  flashinfer, xformers), each scanned with the fatbin reader that the caller passes in
+  (probes.fatbin, also stdlib-only, shipped beside this source to the other interpreter).
+Bad input (unreadable or non-UTF-8 METADATA, permission denied, symlink loops) becomes an
+entry with a status and a reason, never an exception.
 """
 
 from __future__ import annotations
 
 import ast
+import errno
 import os
 import platform
+import re
+import struct
 import sys
-from typing import Any, Dict, List, Optional
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 SOURCE = "torch/version.py"
 
+# The inference stack: requirements checked (pip check style), RECORD compared with the disk.
+STACK = (
+    "torch", "torchvision", "torchaudio", "vllm", "flashinfer-python", "flashinfer-cubin",
+    "flashinfer-jit-cache", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "triton",
+    "transformers",
+)
+# RECORD entries worth a stat: what an import or a kernel load needs. Headers, CMake files and
+# bytecode are skipped (torch alone lists ~9,000 headers; checking all of RECORD costs ~50 ms).
+_CHECKED_SUFFIXES = (".py", ".so", ".pyd")
+MISSING_SHOWN = 20
+METADATA_LIMIT = 1 << 20
+# CUDA extension binaries, per top-level package: (glob-like relative patterns, max depth).
+KERNEL_PACKAGES = (
+    ("torch", "torch", ("lib",), r"^lib.*cuda.*\.so(\.\d+)*$"),
+    ("vllm", "vllm", ("", "vllm_flash_attn"), r"\.so$"),
+    ("flash-attn-3", "flash_attn_3", ("",), r"\.so$"),
+    ("flashinfer-python", "flashinfer", ("", "data", "jit_cache"), r"\.so$"),
+    ("xformers", "xformers", ("", "flash_attn_3"), r"\.so$"),
+)
+# Top-level extension modules (site-packages/NAME*.so) -> owning distribution.
+KERNEL_MODULES = (
+    ("flash-attn", r"^flash_attn_2_cuda\..*so$"),
+    ("flash-attn-3", r"^flash_attn_3_cuda\..*so$"),
+)
+MAX_BINARIES_PER_PACKAGE = 64
 
+
+def normalize(name: str) -> str:
+    """PEP 503 normalized distribution name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def fact(value: Any = None, status: str = "ok", source: str = "", detail: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {"value": value, "status": status}
+    if source:
+        out["source"] = source
+    if detail:
+        out["detail"] = detail
+    return out
+
+
+def os_error_status(exc: BaseException) -> str:
+    if isinstance(exc, PermissionError):
+        return "no_permission"
+    if isinstance(exc, FileNotFoundError):
+        return "absent"
+    return "error"
+
+
+def describe_os_error(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ELOOP:
+            return "symlink loop"
+        return exc.strerror or str(exc)
+    return str(exc)
+
+
+# --- torch -----------------------------------------------------------------------------------
 def read_version_py(text: str) -> Dict[str, Any]:
     """Constant assignments of torch/version.py (``__version__``, ``cuda``, ``git_version`` …)."""
     values: Dict[str, Any] = {}
@@ -39,52 +116,566 @@ def find_package_file(package: str, filename: str, paths: Optional[List[str]] = 
     return None
 
 
+_ABI_FLAG = re.compile(r"-D_GLIBCXX_USE_CXX11_ABI=([01])")
+
+
+def torch_abi(torch_dir: str) -> Dict[str, Any]:
+    """torch's C++ ABI (True = CXX11 ABI) without importing torch."""
+    for rel in ("share/cmake/Torch/TorchConfig.cmake", "share/cmake/Caffe2/Caffe2Config.cmake"):
+        path = os.path.join(torch_dir, rel)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                match = _ABI_FLAG.search(handle.read(1 << 18))
+        except OSError:
+            continue
+        if match:
+            return fact(match.group(1) == "1", source=path)
+    lib = os.path.join(torch_dir, "lib", "libc10.so")
+    try:
+        dynstr = elf_section(lib, ".dynstr", limit=64 << 20)
+    except OSError as exc:
+        return fact(None, os_error_status(exc), lib, f"cannot read libc10.so: {describe_os_error(exc)}")
+    except ValueError as exc:
+        return fact(None, "error", lib, str(exc))
+    if dynstr is None:
+        return fact(None, "error", lib, "libc10.so has no .dynstr section")
+    if b"__cxx11" in dynstr:
+        return fact(True, source=lib, detail="libc10.so exports __cxx11 symbols")
+    if b"_ZN3c10" in dynstr:
+        return fact(False, source=lib, detail="libc10.so exports no __cxx11 symbols (pre-CXX11 ABI)")
+    return fact(None, "error", lib, "libc10.so exports no c10 symbols")
+
+
+def elf_section(path: str, name: str, limit: int) -> Optional[bytes]:
+    """The bytes of one section of a 64-bit little-endian ELF file (None if it has no such section)."""
+    with open(path, "rb") as handle:
+        header = handle.read(64)
+        if len(header) < 64 or header[:4] != b"\x7fELF":
+            raise ValueError(f"{os.path.basename(path)} is not an ELF file")
+        if header[4] != 2 or header[5] != 1:
+            raise ValueError(f"{os.path.basename(path)} is not a 64-bit little-endian ELF file")
+        shoff = struct.unpack_from("<Q", header, 0x28)[0]
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", header, 0x3A)
+        if shentsize < 64 or not 0 < shnum < 65536 or shstrndx >= shnum:
+            raise ValueError(f"{os.path.basename(path)}: bad ELF section table")
+        handle.seek(shoff)
+        table = handle.read(shentsize * shnum)
+        if len(table) < shentsize * shnum:
+            raise ValueError(f"{os.path.basename(path)}: truncated ELF section table")
+        sections = [struct.unpack_from("<IIQQQQ", table, i * shentsize) for i in range(shnum)]
+        names_off, names_size = sections[shstrndx][4], sections[shstrndx][5]
+        handle.seek(names_off)
+        names = handle.read(min(names_size, 1 << 20))
+        wanted = name.encode()
+        for sh_name, _type, _flags, _addr, offset, size in sections:
+            end = names.find(b"\0", sh_name)
+            if names[sh_name:end] == wanted:
+                if size > limit:
+                    raise ValueError(f"{name} section of {os.path.basename(path)} is {size} bytes")
+                handle.seek(offset)
+                return handle.read(size)
+    return None
+
+
 def torch_facts(paths: Optional[List[str]] = None) -> Dict[str, Dict[str, Any]]:
     """Plain-dict facts (the script form returns JSON) about the first torch on the path."""
     path = find_package_file("torch", "version.py", paths)
     if path is None:
-        absent = {"value": None, "status": "absent", "source": SOURCE, "detail": "torch is not installed"}
+        absent = fact(None, "absent", SOURCE, "torch is not installed")
         return {"torch.version": absent, "torch.cuda": absent}
     try:
-        with open(path, encoding="utf-8") as handle:
-            values = read_version_py(handle.read())
+        with open(path, "rb") as handle:
+            values = read_version_py(handle.read(1 << 20).decode("utf-8"))
     except (OSError, SyntaxError, ValueError) as exc:
-        broken = {"value": None, "status": "error", "source": path, "detail": f"unreadable: {exc}"}
-        return {"torch.version": broken, "torch.cuda": broken}
+        status = os_error_status(exc) if isinstance(exc, OSError) else "error"
+        reason = describe_os_error(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        broken = fact(None, status, path, f"torch/version.py unreadable: {reason}")
+        return {"torch.path": fact(os.path.dirname(path), source=path), "torch.version": broken, "torch.cuda": broken}
 
-    def fact(key: str, absent_detail: str) -> Dict[str, Any]:
+    def one(key: str, absent_detail: str) -> Dict[str, Any]:
         if values.get(key) is None:
-            return {"value": None, "status": "absent", "source": path, "detail": absent_detail}
-        return {"value": values[key], "status": "ok", "source": path}
+            return fact(None, "absent", path, absent_detail)
+        return fact(values[key], source=path)
 
+    torch_dir = os.path.dirname(path)
     return {
-        "torch.path": {"value": os.path.dirname(path), "status": "ok", "source": path},
-        "torch.version": fact("__version__", "no __version__ in torch/version.py"),
-        "torch.cuda": fact("cuda", "torch was built without CUDA (CPU or ROCm build)"),
-        "torch.git_version": fact("git_version", "no git_version"),
+        "torch.path": fact(torch_dir, source=path),
+        "torch.version": one("__version__", "no __version__ in torch/version.py"),
+        "torch.cuda": one("cuda", "torch was built without CUDA (CPU or ROCm build)"),
+        "torch.hip": one("hip", "not a ROCm build"),
+        "torch.git_version": one("git_version", "no git_version"),
+        "torch.cxx11_abi": torch_abi(torch_dir),
     }
 
 
-def python_facts() -> Dict[str, Dict[str, Any]]:
+# --- the interpreter -------------------------------------------------------------------------
+def marker_environment() -> Dict[str, str]:
+    """PEP 508 marker variables of this interpreter (what packaging.markers.default_environment gives)."""
+    impl = sys.implementation
+    info = impl.version
+    impl_version = f"{info.major}.{info.minor}.{info.micro}"
+    if info.releaselevel != "final":
+        impl_version += info.releaselevel[0] + str(info.serial)
     return {
-        "python.executable": {"value": sys.executable, "status": "ok", "source": "sys"},
-        "python.version": {"value": platform.python_version(), "status": "ok", "source": "sys"},
+        "implementation_name": impl.name,
+        "implementation_version": impl_version,
+        "os_name": os.name,
+        "platform_machine": platform.machine(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "platform_python_implementation": platform.python_implementation(),
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "sys_platform": sys.platform,
     }
 
 
-def collect_plain(paths: Optional[List[str]] = None) -> Dict[str, Dict[str, Any]]:
-    facts = python_facts()
+def python_facts(paths: List[str]) -> Dict[str, Dict[str, Any]]:
+    return {
+        "python.executable": fact(sys.executable, source="sys"),
+        "python.version": fact(platform.python_version(), source="sys"),
+        "python.prefix": fact(sys.prefix, source="sys", detail="venv" if sys.prefix != getattr(sys, "base_prefix", sys.prefix) else ""),
+        "python.sys_path": fact(paths, source="sys.path"),
+        "python.marker_env": fact(marker_environment(), source="sys, platform"),
+    }
+
+
+def search_paths(pythonpath: str = "") -> List[str]:
+    """Where this interpreter looks for distributions and packages.
+
+    ``sys.path`` without the current directory (``''``: an environment is not where the doctor
+    was started). Under ``-I`` Python ignores PYTHONPATH and the user site; they are added back
+    here as a normal start would: PYTHONPATH first; the user site (outside a venv, unless
+    PYTHONNOUSERSITE is set) before the system site-packages.
+    """
+    paths: List[str] = []
+    system = list(sys.path)
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = None
+    if system and system[0] in ("", cwd):
+        system = system[1:]  # `python -m gpudoctor` puts the current directory first
+    for entry in [p for p in pythonpath.split(os.pathsep) if p] + system:
+        if entry and entry not in paths:
+            paths.append(entry)
+    in_venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix)
+    if sys.flags.isolated and not in_venv and not os.environ.get("PYTHONNOUSERSITE"):
+        try:
+            import site
+
+            user = site.getusersitepackages()
+        except Exception:
+            user = None
+        if user and os.path.isdir(user) and user not in paths:
+            # site.py adds the user site before the system site-packages: it shadows them.
+            where = next((i for i, p in enumerate(paths) if p.endswith(("site-packages", "dist-packages"))), len(paths))
+            paths.insert(where, user)
+    return paths
+
+
+# --- distributions ---------------------------------------------------------------------------
+_WANTED_HEADERS = ("name", "version", "requires-dist", "requires-python")
+
+
+def parse_headers(text: str, wanted: Tuple[str, ...] = _WANTED_HEADERS, stop_when_found: bool = False) -> Dict[str, List[str]]:
+    """RFC 822-style headers of METADATA / PKG-INFO (stops at the first blank line).
+
+    Only the ``wanted`` headers are kept (lower-case names); continuation lines are joined.
+    ``stop_when_found``: return as soon as each wanted header was seen once (Name and Version
+    come first in every METADATA: no need to read 50 Classifier lines for them).
+    """
+    end = text.find("\n\n")
+    crlf = text.find("\r\n\r\n")
+    if crlf >= 0 and (end < 0 or crlf < end):
+        end = crlf
+    if end >= 0:
+        text = text[:end]
+    headers: Dict[str, List[str]] = {}
+    last = None
+    for line in text.split("\n"):
+        if line[:1] in (" ", "\t"):
+            if last is not None:
+                headers[last][-1] += "\n" + line.strip()
+            continue
+        key, sep, value = line.partition(":")
+        key = key.strip().lower()
+        if not sep or key not in wanted:
+            last = None
+            continue
+        last = key
+        headers.setdefault(key, []).append(value.strip())
+        if stop_when_found and len(headers) == len(wanted):
+            break
+    return headers
+
+
+def read_head(path: str) -> bytes:
+    """The header block of a metadata file, up to its first blank line (at most 1 MiB).
+
+    Only the headers: the body (the long description) is never decoded, so a multi-byte
+    character cut by a read boundary cannot look like bad UTF-8.
+    """
+    data = b""
+    with open(path, "rb") as handle:
+        while len(data) < METADATA_LIMIT:
+            chunk = handle.read(16384)
+            if not chunk:
+                break
+            data += chunk
+            ends = [i for i in (data.find(b"\n\n"), data.find(b"\r\n\r\n")) if i >= 0]
+            if ends:
+                return data[:min(ends) + 1]
+    return data
+
+
+_DIST_DIR = re.compile(r"^(?P<name>.+?)-(?P<version>[^-]+?)(-py\d.*)?\.(dist-info|egg-info)$")
+
+
+def read_dist(location: str, entry: str) -> Dict[str, Any]:
+    """One installed distribution: name, version, requires; or an error with its reason."""
+    meta_dir = os.path.join(location, entry)
+    match = _DIST_DIR.match(entry)
+    dist: Dict[str, Any] = {
+        "name": match.group("name") if match else entry.rsplit(".", 1)[0],
+        "version": match.group("version") if match else None,
+        "location": location,
+        "meta": entry,
+    }
+    if entry.endswith(".egg-info") and not os.path.isdir(meta_dir):
+        meta_file = meta_dir  # a PKG-INFO-style file written by distutils
+    else:
+        meta_file = os.path.join(meta_dir, "METADATA" if entry.endswith(".dist-info") else "PKG-INFO")
+    try:
+        raw = read_head(meta_file)
+    except OSError as exc:
+        dist["status"] = os_error_status(exc) if not isinstance(exc, FileNotFoundError) else "error"
+        dist["error"] = f"{os.path.basename(meta_file)}: {describe_os_error(exc)}"
+        return dist
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        dist["status"] = "error"
+        dist["error"] = f"{os.path.basename(meta_file)} is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        text = raw.decode("latin-1")
+    in_stack = normalize(dist["name"]) in STACK
+    headers = parse_headers(text) if in_stack else parse_headers(text, ("name", "version"), stop_when_found=True)
+    if not in_stack and headers.get("name") and normalize(headers["name"][0]) in STACK:
+        headers = parse_headers(text)  # a folder name that does not say which project it is
+    if headers.get("name"):
+        dist["name"] = headers["name"][0]
+    if headers.get("version"):
+        dist["version"] = headers["version"][0]
+    elif "error" not in dist:
+        dist["status"] = "error"
+        dist["error"] = f"{os.path.basename(meta_file)} has no Version header"
+    dist["requires"] = headers.get("requires-dist", [])
+    if headers.get("requires-python"):
+        dist["requires_python"] = headers["requires-python"][0]
+    return dist
+
+
+def scan_dists(paths: Iterable[str]) -> Tuple[Dict[str, Dict[str, Any]], Dict[str, List[Dict[str, Any]]], List[Dict[str, Any]]]:
+    """(first install of each distribution, extra installs shadowed by it, unreadable entries)."""
+    first: Dict[str, Dict[str, Any]] = {}
+    shadowed: Dict[str, List[Dict[str, Any]]] = {}
+    unreadable: List[Dict[str, Any]] = []
+    for location in paths:
+        try:
+            entries = sorted(e.name for e in os.scandir(location))
+        except NotADirectoryError:
+            continue  # a zip or egg file on sys.path
+        except FileNotFoundError:
+            continue  # sys.path often names directories that do not exist
+        except OSError as exc:
+            unreadable.append({"path": location, "status": os_error_status(exc), "detail": describe_os_error(exc)})
+            continue
+        for entry in entries:
+            if not (entry.endswith(".dist-info") or entry.endswith(".egg-info")):
+                continue
+            full = os.path.join(location, entry)
+            if entry.endswith(".dist-info") and not os.path.isdir(full):
+                try:
+                    os.stat(full)
+                    reason, status = "not a directory", "error"
+                except OSError as exc:  # a symlink loop, a dangling link, a permission problem
+                    reason, status = describe_os_error(exc), os_error_status(exc)
+                    status = "error" if status == "absent" else status
+                unreadable.append({"path": full, "status": status, "detail": reason})
+                continue
+            dist = read_dist(location, entry)
+            if dist.get("error"):
+                unreadable.append({"path": full, "status": dist.get("status", "error"), "detail": dist["error"]})
+            key = normalize(dist["name"])
+            if key not in first:
+                first[key] = dist
+            elif first[key]["location"] == location and _mtime(full) > _mtime(os.path.join(location, first[key]["meta"])):
+                # Two dist-info of one package in one directory: the newer folder is the last
+                # install, the other one metadata an interrupted up- or downgrade left behind.
+                shadowed.setdefault(key, []).append(first[key])
+                first[key] = dist
+            else:
+                shadowed.setdefault(key, []).append(dist)
+    return first, shadowed, unreadable
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def record_check(dist: Dict[str, Any]) -> Dict[str, Any]:
+    """RECORD against the disk for one distribution: stat the .py and shared-object files it lists."""
+    if not dist["meta"].endswith(".dist-info"):
+        return {"record": "absent", "detail": "egg-info install: no RECORD"}
+    record = os.path.join(dist["location"], dist["meta"], "RECORD")
+    try:
+        with open(record, "rb") as handle:
+            text = handle.read(64 << 20).decode("utf-8", "replace")
+    except OSError as exc:
+        return {"record": os_error_status(exc), "detail": f"RECORD: {describe_os_error(exc)}"}
+    missing: List[str] = []
+    checked = 0
+    problems = 0
+    base = os.path.join(dist["location"], "")
+    paths = []
+    for line in text.splitlines():
+        if line.startswith('"'):  # a quoted path (it has a comma): let csv read it
+            import csv
+
+            row = next(csv.reader([line]), None)
+            rel = row[0] if row else ""
+        else:
+            comma = line.find(",")
+            rel = line if comma < 0 else line[:comma]
+        if rel.endswith(_CHECKED_SUFFIXES) or ".so." in rel:
+            paths.append(rel)  # .py modules and shared objects: what an import needs
+    for rel in paths:
+        if rel.startswith("../") or "__pycache__" in rel:
+            continue  # scripts outside site-packages (absent with --target installs)
+        checked += 1
+        try:
+            os.stat(rel if rel.startswith("/") else base + rel)
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError) or exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                problems += 1
+                if len(missing) < MISSING_SHOWN:
+                    missing.append(rel + (" (symlink loop)" if exc.errno == errno.ELOOP else ""))
+            # EACCES on a parent directory is not "missing": the doctor cannot tell
+    return {"record": "ok", "checked": checked, "missing": missing, "missing_count": problems}
+
+
+def compact(dist: Dict[str, Any]) -> Dict[str, Any]:
+    out = {"name": dist["name"], "version": dist["version"], "location": dist["location"]}
+    if dist.get("error"):
+        out["error"] = dist["error"]
+    return out
+
+
+# --- editable installs -----------------------------------------------------------------------
+def editable_mappings(paths: Iterable[str]) -> Dict[str, str]:
+    """Top-level package -> source directory, from setuptools' ``__editable___*_finder.py`` files."""
+    mapping: Dict[str, str] = {}
+    for location in paths:
+        try:
+            names = [e.name for e in os.scandir(location) if e.name.startswith("__editable__") and e.name.endswith("_finder.py")]
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(location, name), encoding="utf-8", errors="replace") as handle:
+                    tree = ast.parse(handle.read(1 << 20))
+            except (OSError, SyntaxError, ValueError):
+                continue
+            for node in tree.body:
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in node.targets):
+                    try:
+                        value = ast.literal_eval(node.value)
+                    except ValueError:
+                        continue
+                    if isinstance(value, dict):
+                        for key, target in value.items():
+                            if isinstance(key, str) and isinstance(target, str):
+                                mapping.setdefault(key, target)
+    return mapping
+
+
+def package_dir(package: str, paths: Iterable[str], editable: Dict[str, str]) -> Optional[str]:
+    for location in paths:
+        candidate = os.path.join(location, package)
+        if os.path.isdir(candidate):
+            return candidate
+    target = editable.get(package)
+    return target if target and os.path.isdir(target) else None
+
+
+# --- CUDA extension binaries -----------------------------------------------------------------
+def kernel_binaries(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[str, str]) -> Dict[str, Any]:
+    """Where the stack's CUDA extension binaries are: [{path, dist, package}], plus notes."""
+    found: List[Dict[str, Any]] = []
+    notes: List[str] = []
+    for dist_name, package, subdirs, pattern in KERNEL_PACKAGES:
+        top = package_dir(package, paths, editable)
+        if top is None:
+            continue
+        regex = re.compile(pattern)
+        files: List[str] = []
+        for sub in subdirs:
+            directory = os.path.join(top, sub) if sub else top
+            try:
+                names = sorted(e.name for e in os.scandir(directory) if e.is_file())
+            except OSError:
+                continue
+            files.extend(os.path.join(directory, n) for n in names if regex.search(n))
+        if len(files) > MAX_BINARIES_PER_PACKAGE:
+            notes.append(f"{package}: {len(files)} binaries, scanned the first {MAX_BINARIES_PER_PACKAGE}")
+            files = files[:MAX_BINARIES_PER_PACKAGE]
+        owner = dist_name if dist_name in dists else _owner_guess(package, dists)
+        found.extend({"path": f, "dist": owner, "package": package} for f in files)
+    for location in paths:
+        try:
+            names = sorted(e.name for e in os.scandir(location))
+        except OSError:
+            continue
+        for dist_name, pattern in KERNEL_MODULES:
+            regex = re.compile(pattern)
+            for name in names:
+                if regex.search(name) and not any(b["path"].endswith(os.sep + name) for b in found):
+                    found.append({"path": os.path.join(location, name), "dist": dist_name if dist_name in dists else None,
+                                  "package": name.split(".")[0]})
+    return {"binaries": found, "notes": notes}
+
+
+def _owner_guess(package: str, dists: Dict[str, Dict[str, Any]]) -> Optional[str]:
+    key = normalize(package)
+    for name in dists:
+        if name == key or name.startswith(key + "-"):
+            return name
+    return None
+
+
+# --- everything ------------------------------------------------------------------------------
+def scan_binaries(binaries: List[Dict[str, Any]], scanner: Optional[Callable[[str], Any]]) -> List[Dict[str, Any]]:
+    """Each binary with its fatbin scan (``scanner(path).to_json()``) and the time it took."""
+    out = []
+    for item in binaries:
+        entry = dict(item)
+        if scanner is None:
+            entry["scan"] = {"status": "error", "detail": "no fatbin reader"}
+        else:
+            started = time.perf_counter()
+            try:
+                entry["scan"] = scanner(item["path"]).to_json()
+            except Exception as exc:  # the reader promises not to raise; keep the promise here too
+                entry["scan"] = {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}
+            entry["elapsed_s"] = round(time.perf_counter() - started, 5)
+        out.append(entry)
+    return out
+
+
+TORCH_MAIN_LIBRARY = "libtorch_cuda.so"
+
+
+def torch_arch_list(torch_dir: Optional[str], binaries: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The GPU code of torch's main CUDA library, from its fatbin scan.
+
+    libtorch_cuda.so; torch builds that split it (libtorch_cuda_cu.so / _cpp.so) or name it
+    otherwise: the torch library with the most fatbin entries.
+    """
+    if not torch_dir:
+        return fact(None, "absent", "fatbin", "torch is not installed")
+    mine = [b for b in binaries if b.get("package") == "torch"]
+    main = [b for b in mine if os.path.basename(b["path"]) == TORCH_MAIN_LIBRARY]
+    if not main:
+        main = sorted((b for b in mine if (b.get("scan") or {}).get("entries")), key=lambda b: -b["scan"]["entries"])[:1]
+    if not main:
+        return fact(None, "absent", os.path.join(torch_dir, "lib"), "no libtorch_cuda.so: a CPU-only (or ROCm) torch")
+    item = main[0]
+    scan = item.get("scan") or {}
+    value = {
+        "library": item["path"],
+        "sm": scan.get("sm_variants", []),
+        "ptx": scan.get("ptx_variants", []),
+        "ptx_isa": scan.get("ptx_isa", []),
+    }
+    status = scan.get("status", "error")
+    if status == "ok":
+        return fact(value, source=item["path"])
+    return fact(value, status if status in ("absent", "no_permission") else "error", item["path"],
+                scan.get("detail", "") or f"fatbin scan {status}")
+
+
+def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
+                  scanner: Optional[Callable[[str], Any]] = None) -> Dict[str, Any]:
+    """All facts of this interpreter's environment as plain JSON-able dicts ``{path: fact}``.
+
+    ``record``: "stack" (RECORD vs disk for the inference stack), "all" or "none".
+    ``scanner``: the fatbin reader's ``scan``; without it binaries are listed, not scanned.
+    """
+    paths = search_paths() if paths is None else list(paths)
+    facts: Dict[str, Dict[str, Any]] = {}
+    facts.update(python_facts(paths))
     facts.update(torch_facts(paths))
+    try:
+        first, shadowed, unreadable = scan_dists(paths)
+    except Exception as exc:  # belt and braces: never let one odd file stop the report
+        err = fact(None, "error", "dist-info", f"{type(exc).__name__}: {exc}")
+        facts.update({"packages.dists": err, "packages.stack": err, "packages.duplicates": err})
+        return facts
+    facts["packages.dists"] = fact({key: compact(d) for key, d in sorted(first.items())}, source="dist-info",
+                                   detail=f"{len(first)} distributions")
+    stack: Dict[str, Dict[str, Any]] = {}
+    for key in STACK:
+        dist = first.get(key)
+        if dist is None:
+            continue
+        entry = compact(dist)
+        entry["requires"] = dist.get("requires", [])
+        if dist.get("requires_python"):
+            entry["requires_python"] = dist["requires_python"]
+        if record in ("stack", "all"):
+            entry.update(record_check(dist))
+        stack[key] = entry
+    if record == "all":
+        for key, dist in first.items():
+            if key not in stack:
+                entry = compact(dist)
+                entry.update(record_check(dist))
+                stack[key] = entry
+    facts["packages.stack"] = fact(stack, source="dist-info", detail=f"RECORD checked: {record}")
+    duplicates = {key: [dict(compact(first[key]), meta=first[key]["meta"])] + [dict(compact(d), meta=d["meta"]) for d in extra]
+                  for key, extra in sorted(shadowed.items())}
+    facts["packages.duplicates"] = fact(duplicates, source="dist-info")
+    facts["packages.unreadable"] = fact(unreadable, source="dist-info")
+    editable = editable_mappings(paths)
+    if editable:
+        facts["packages.editable"] = fact(editable, source="__editable__ finders")
+    found = kernel_binaries(paths, first, editable)
+    binaries = scan_binaries(found["binaries"], scanner)
+    facts["kernels.binaries"] = fact(binaries, source="fatbin", detail="; ".join(found["notes"]))
+    torch_dir = facts.get("torch.path", {}).get("value")
+    facts["torch.arch_list"] = torch_arch_list(torch_dir, binaries)
     return facts
 
 
-def collect(ctx) -> Dict[str, Any]:
-    from gpudoctor.snapshot import Fact
-
-    return {path: Fact.from_json(data) for path, data in collect_plain().items()}
-
-
-if __name__ == "__main__":  # run as a script inside another interpreter: print JSON
+def main(argv: Optional[List[str]] = None, scanner: Optional[Callable[[str], Any]] = None) -> int:
+    """Script form (``python -I -c <bootstrap> PYTHONPATH RECORD``): print the facts as JSON on stdout."""
     import json
 
-    json.dump(collect_plain(), sys.stdout)
+    args = list(sys.argv[1:] if argv is None else argv)
+    pythonpath = args[0] if args else ""
+    record = args[1] if len(args) > 1 else "stack"
+    try:
+        out: Dict[str, Any] = {"facts": collect_plain(search_paths(pythonpath), record, scanner)}
+    except Exception as exc:  # the doctor turns this into an error fact
+        out = {"error": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.write(json.dumps(out, default=str))
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":  # by hand: the facts as JSON, binaries listed but not scanned
+    sys.exit(main())

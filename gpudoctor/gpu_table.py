@@ -1,0 +1,232 @@
+"""GPU product names and compute capabilities, and which compiled code runs on which GPU.
+
+Used three ways:
+- ``--gpu SPEC`` (``sm_80``, ``8.6``, ``86``, ``A100``, ``H100``, ``"RTX 4090"``) checks an
+  environment against a GPU that is not present: ``parse_spec`` + ``override_snapshot``.
+- ``cc_for_name`` fills the compute capability where the source cannot say it (the
+  ``nvidia-smi -q -x`` fallback never reports it).
+- ``kernel_support`` decides, from a fatbin scan (SASS archs, their ``a``/``f`` variants and
+  PTX archs), whether a binary has code for a compute capability. Rules use it; they may not
+  import probes, so this lives here and not beside the fatbin reader.
+
+Sources: NVIDIA "CUDA GPU Compute Capability" page (developer.nvidia.com/cuda-gpus) and its
+"Legacy" companion page, as tabulated in research/facts.md §2.1; binary compatibility rules
+from facts.md §2.1 (a cubin for sm_XY runs on the same major with an equal or higher minor;
+``a`` targets only on that exact cc; ``f`` targets on the family, i.e. the same major;
+PTX is JIT-compiled for any cc at or above its arch). Checked against real name/cc pairs from
+``nvidia-smi --query-gpu=name,compute_cap`` (shared/fixtures/public/nvidia-smi-csv) and NVML.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+# (regex on the product name, compute capability, family). The first match wins, so the
+# more specific names come first ("RTX 4000 SFF Ada" before "Quadro RTX 4000").
+NAME_TABLE: Tuple[Tuple[str, str, str], ...] = (
+    (r"\bGB10\b|DGX Spark", "12.1", "Blackwell (GB10)"),
+    (r"RTX PRO \d{4}|RTX 50[5-9]0", "12.0", "Blackwell (workstation/consumer)"),
+    (r"\bG?B300\b", "10.3", "Blackwell Ultra"),
+    (r"\bG?B200\b|\bB100\b", "10.0", "Blackwell (data center)"),
+    (r"Jetson T[45]000|\bThor\b", "11.0", "Blackwell (Jetson Thor)"),
+    (r"\bG?H100\b|\bG?H200\b|\bH800\b|\bH20\b", "9.0", "Hopper"),
+    (r"\bL40S?\b|\bL4\b|\bL20\b|RTX \d{4}( SFF)? Ada|RTX 40[5-9]0", "8.9", "Ada Lovelace"),
+    (r"\bOrin\b", "8.7", "Ampere (Jetson)"),
+    (r"\bA100\b|\bA30\b|\bA800\b", "8.0", "Ampere (GA100)"),
+    (r"\bA40\b|\bA10G?\b|\bA16\b|\bA2\b|RTX A\d{4}|RTX 30[5-9]0", "8.6", "Ampere (GA10x)"),
+    (r"\bT4\b|RTX 20[5-8]0|TITAN RTX|Quadro RTX [3-8]000|\bT(400|500|600|1000|1200)\b|GTX 16[5-6]0", "7.5", "Turing"),
+    (r"Xavier", "7.2", "Volta (Jetson)"),
+    (r"V100|TITAN V\b|GV100", "7.0", "Volta"),
+    (r"P100|GP100", "6.0", "Pascal"),
+    (r"\bP40\b|\bP4\b|GTX 10[5-8]0|GT 1030|Quadro P\d+|TITAN Xp?\b", "6.1", "Pascal"),
+)
+_COMPILED = tuple((re.compile(pattern, re.I), cc, family) for pattern, cc, family in NAME_TABLE)
+
+# Compute capabilities that exist (facts.md §2.1 plus the legacy page for 5.x/6.x).
+KNOWN_CCS = ("5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9",
+             "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
+
+EXAMPLES = "sm_80, sm_90a, 8.6, 86, A100, H100, \"RTX 4090\""
+
+
+def cc_for_name(name: Optional[str]) -> Optional[str]:
+    """The compute capability ("8.6") of a GPU product name, or None if the table does not know it."""
+    if not name:
+        return None
+    for pattern, cc, _ in _COMPILED:
+        if pattern.search(name):
+            return cc
+    return None
+
+
+def family_for_cc(cc: str) -> str:
+    for _, known, family in NAME_TABLE:
+        if known == cc:
+            return family
+    return ""
+
+
+@dataclass
+class GpuSpec:
+    cc: str  # "8.0"
+    name: str  # what to call it in findings
+    variant: str = ""  # "a" or "f" when the spec named an arch-specific target (sm_90a)
+
+    @property
+    def sm(self) -> int:
+        major, minor = self.cc.split(".")
+        return int(major) * 10 + int(minor)
+
+
+class SpecError(ValueError):
+    pass
+
+
+_ARCH = re.compile(r"^(?:sm|compute)_?(\d{2,3})([af]?)$", re.I)
+_DOTTED = re.compile(r"^(\d{1,2})\.(\d)$")
+_NUMBER = re.compile(r"^(\d{2,3})$")
+
+
+def parse_spec(text: str) -> GpuSpec:
+    """``sm_80`` / ``compute_90a`` / ``8.6`` / ``86`` / a product name → GpuSpec; SpecError otherwise."""
+    spec = (text or "").strip()
+    if not spec:
+        raise SpecError(f"--gpu needs a GPU: {EXAMPLES}")
+    match = _ARCH.match(spec) or _NUMBER.match(spec)
+    if match:
+        number = int(match.group(1))
+        cc = f"{number // 10}.{number % 10}"
+        variant = match.group(2).lower() if match.re is _ARCH else ""
+    else:
+        dotted = _DOTTED.match(spec)
+        if dotted:
+            cc, variant = f"{int(dotted.group(1))}.{dotted.group(2)}", ""
+        else:
+            found = cc_for_name(spec)
+            if found is None:
+                raise SpecError(f"--gpu {spec!r}: unknown GPU; give a compute capability or a product name ({EXAMPLES})")
+            return GpuSpec(found, spec, "")
+    if cc not in KNOWN_CCS:
+        raise SpecError(f"--gpu {spec!r}: no NVIDIA GPU has compute capability {cc} (known: {', '.join(KNOWN_CCS)})")
+    family = family_for_cc(cc)
+    return GpuSpec(cc, f"a GPU with cc {cc}" + (f" ({family})" if family else ""), variant)
+
+
+def override_snapshot(snapshot, spec: GpuSpec, text: str) -> None:
+    """Replace the snapshot's GPUs by one synthetic GPU of ``spec`` (source "--gpu").
+
+    Driver facts stay as they were (absent on a CPU build box); rules that judge kernels and
+    arch lists then judge against this GPU.
+    """
+    from gpudoctor.snapshot import ok
+
+    for path in [p for p in snapshot.facts if p.startswith("gpu.")]:
+        del snapshot.facts[path]
+    source = f"--gpu {text}"
+    snapshot.facts["gpu.count"] = ok(1, source)
+    snapshot.facts["gpu.0.name"] = ok(spec.name, source)
+    snapshot.facts["gpu.0.compute_capability"] = ok(spec.cc, source)
+    snapshot.meta["gpu_override"] = text
+
+
+# --- which code runs where ------------------------------------------------------------------
+def _cc_tuple(cc: Any) -> Optional[Tuple[int, int]]:
+    try:
+        major, minor = str(cc).split(".")
+        return int(major), int(minor)
+    except (ValueError, AttributeError):
+        return None
+
+
+def _split_sm(arch: Any) -> Optional[Tuple[int, int, str]]:
+    """``"sm_90a"`` / ``"90"`` / ``90`` → (9, 0, "a")."""
+    match = re.match(r"^(?:sm_|compute_)?(\d{2,3})([a-z]?)$", str(arch).strip().lower())
+    if not match:
+        return None
+    number = int(match.group(1))
+    return number // 10, number % 10, match.group(2)
+
+
+@dataclass
+class Support:
+    runs: bool
+    how: str  # "sm_80 cubin", "PTX compute_90 (JIT)", or why not
+    ptx_only: bool = False
+    ptx_arch: Optional[int] = None
+
+
+def kernel_support(sm_variants: Iterable[Any], ptx: Iterable[Any], cc: str) -> Support:
+    """Whether a binary with these SASS targets and PTX archs has code for compute capability ``cc``.
+
+    ``sm_variants``: "sm_80", "sm_90a", "sm_100f" (or bare ints 80); ``ptx``: "compute_90",
+    "compute_120f" (or ints). A cubin runs on the same major and an equal or higher minor; an
+    ``a`` cubin only on its exact cc. PTX compute_XY can be JIT-compiled for any cc ≥ X.Y, an
+    ``a`` PTX only for that cc, an ``f`` PTX for its family (same major). Whether the driver's
+    JIT is new enough is a separate question (rule GD202). Same answers as
+    probes.fatbin.runs_on (tests/test_cuda_rules.py checks that), which rules may not import.
+    """
+    target = _cc_tuple(cc)
+    if target is None:
+        return Support(False, f"unknown compute capability {cc!r}")
+    best = None
+    for arch in sm_variants:
+        parsed = _split_sm(arch)
+        if parsed is None:
+            continue
+        major, minor, variant = parsed
+        if major != target[0] or minor > target[1]:
+            continue
+        if variant == "a" and minor != target[1]:
+            continue
+        if best is None or minor > best[1]:
+            best = (major, minor, variant)
+    if best is not None:
+        return Support(True, f"sm_{best[0]}{best[1]}{best[2]} cubin")
+    usable = []
+    for arch in ptx:
+        parsed = _split_sm(arch)
+        if parsed is None:
+            continue
+        major, minor, variant = parsed
+        if variant == "a":
+            fits = (major, minor) == target
+        elif variant == "f":
+            fits = major == target[0] and minor <= target[1]
+        else:
+            fits = (major, minor) <= target
+        if fits:
+            usable.append(major * 10 + minor)
+    if usable:
+        arch = max(usable)
+        return Support(True, f"PTX compute_{arch} (JIT-compiled by the driver)", ptx_only=True, ptx_arch=arch)
+    return Support(False, "no cubin for this major and no PTX at or below it")
+
+
+def describe_archs(sm_variants: Sequence[Any], ptx: Sequence[Any]) -> str:
+    parts = [str(a) if str(a).startswith("sm_") else f"sm_{a}" for a in sm_variants]
+    parts += [f"compute_{_split_sm(a)[0] * 10 + _split_sm(a)[1]}" if _split_sm(a) else str(a) for a in ptx]
+    return ", ".join(parts) if parts else "none"
+
+
+def sm_sort_key(arch: str) -> Tuple[int, str]:
+    parsed = _split_sm(arch)
+    return (parsed[0] * 10 + parsed[1], parsed[2]) if parsed else (10**6, str(arch))
+
+
+def as_list(value: Any) -> List[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def gpus_to_judge(snap) -> List[Dict[str, Any]]:
+    """The distinct GPUs (by compute capability) a kernel rule should judge against."""
+    seen: Dict[str, Dict[str, Any]] = {}
+    for index in snap.gpu_indices():
+        cc = snap.value(f"gpu.{index}.compute_capability")
+        if not cc:
+            name = snap.value(f"gpu.{index}.name")
+            cc = cc_for_name(name)
+        if cc and cc not in seen:
+            seen[cc] = {"cc": cc, "index": index, "name": snap.value(f"gpu.{index}.name") or f"GPU {index}"}
+    return list(seen.values())

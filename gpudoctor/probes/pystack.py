@@ -1,0 +1,155 @@
+"""The Python stack probe: torch, the installed distributions and the stack's CUDA kernels.
+
+Without ``--python`` it reads this interpreter's environment in-process. With
+``--python PATH`` it runs the same code (pyenv.py and fatbin.py, both stdlib-only) inside
+that interpreter — ``PATH -I -c <bootstrap>`` with a timeout, through gpudoctor.runner — and
+reads the JSON it prints, so one pipx-installed gpudoctor serves every venv. Nothing from
+gpudoctor is imported there, and neither torch nor any extension: the child reads files.
+
+``-I`` drops PYTHONPATH and the user site; the bootstrap adds PYTHONPATH back (passed as an
+argument) and pyenv.search_paths the user site outside venvs, so the path is the one a
+normal start of that interpreter would use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Optional
+
+from gpudoctor import runner
+from gpudoctor.probes import fatbin, pyenv
+from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
+
+# The child must answer within this share of the global deadline (the rest is for us).
+CHILD_SHARE = 0.8
+CHILD_MAX_S = 60.0
+ARG_MAX = 120_000  # bytes of program passed with -c; longer goes through a temp file
+
+# ascii() keeps the argument pure ASCII: under LC_ALL=C an old Python decodes argv as ASCII.
+_BOOTSTRAP = """\
+import sys, types
+if sys.version_info < (3, 8):
+    sys.stderr.write("gpudoctor's probe needs Python 3.8 or newer; this is Python %d.%d\\n" % sys.version_info[:2])
+    sys.exit(3)
+def _load(name, source):
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, "<gpudoctor " + name + ">", "exec"), module.__dict__)
+    return module
+_fatbin = _load("gpudoctor_fatbin", {fatbin})
+_pyenv = _load("gpudoctor_pyenv", {pyenv})
+sys.exit(_pyenv.main(sys.argv[1:], scanner=_fatbin.scan))
+"""
+
+
+def _source(module) -> str:
+    loader = getattr(module, "__loader__", None)
+    text = loader.get_source(module.__name__) if loader is not None else None
+    if text is None:
+        with open(module.__file__, encoding="utf-8") as handle:
+            text = handle.read()
+    return text
+
+
+def bootstrap() -> str:
+    """The ``-c`` program: fatbin.py and pyenv.py as two modules, then pyenv.main."""
+    return _BOOTSTRAP.format(fatbin=ascii(_source(fatbin)), pyenv=ascii(_source(pyenv)))
+
+
+def collect(ctx) -> Dict[str, Fact]:
+    python = getattr(ctx, "python", None)
+    if not python:
+        plain = pyenv.collect_plain(None, "stack", fatbin.scan)
+        return _facts(plain, "")
+    return collect_other(python, ctx.environ, ctx.timeout)
+
+
+def collect_other(python: str, environ, timeout: float) -> Dict[str, Fact]:
+    """Run the probe inside ``python`` and return its facts (or error facts saying why not)."""
+    limit = min(max(timeout * CHILD_SHARE, 0.5), CHILD_MAX_S)
+    program = bootstrap()
+    args = [environ.get("PYTHONPATH", ""), "stack"]
+    if len(program) < ARG_MAX:
+        done = runner.run([python, "-I", "-c", program] + args, timeout=limit, env=environ)
+    else:  # too long for one argv string (Linux MAX_ARG_STRLEN is 128 KiB): a private temp file
+        import tempfile
+
+        fd, script = tempfile.mkstemp(prefix="gpudoctor-probe-", suffix=".py")
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as handle:
+                handle.write(program)
+            done = runner.run([python, "-I", script] + args, timeout=limit, env=environ)
+        finally:
+            os.unlink(script)
+    source = f"--python {python}"
+    if done.status == "ok":
+        try:
+            data = json.loads(done.stdout)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("facts"), dict):
+            facts = _facts(data["facts"], source)
+            facts.setdefault("python.requested", Fact(python, "ok", source))
+            return facts
+        if isinstance(data, dict) and data.get("error"):
+            reason = data["error"]
+        elif not done.stdout.strip():
+            reason = "it printed nothing (is it a Python interpreter?)"
+        else:
+            reason = f"unexpected output: {done.stdout.strip()[:120]!r}"
+        return _failed(python, ERROR, f"the probe in {python} failed: {reason}", source)
+    if done.status == "timeout":
+        return _failed(python, TIMEOUT, f"{python} did not answer within {limit:g} s", source)
+    if done.status == "absent":
+        return _failed(python, "absent", f"{python}: not found", source)
+    stderr_lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    last = stderr_lines[-1] if stderr_lines else done.detail
+    return _failed(python, ERROR, f"{python} could not run the probe: {last.strip()[:200]}", source)
+
+
+def _failed(python: str, status: str, detail: str, source: str) -> Dict[str, Fact]:
+    fact = missing(status, detail, source)
+    return {
+        "python.requested": Fact(python, "ok", source),
+        "python.executable": fact,
+        "python.version": fact,
+        "torch.version": fact,
+        "torch.cuda": fact,
+        "packages.dists": fact,
+        "packages.stack": fact,
+        "kernels.binaries": fact,
+    }
+
+
+def _facts(plain: Dict[str, Any], source: str) -> Dict[str, Fact]:
+    """Plain dicts -> Facts; anything malformed (a child printing nonsense) -> an error fact."""
+    out: Dict[str, Fact] = {}
+    for path, data in plain.items():
+        try:
+            fact = Fact.from_json(data)
+        except SnapshotError as exc:
+            fact = missing(ERROR, f"probe gave a malformed fact: {exc}", source)
+        if source and fact.source and not os.path.isabs(fact.source):
+            fact.source = f"{fact.source} ({source})"
+        elif source and not fact.source:
+            fact.source = source
+        out[str(path)] = fact
+    return out
+
+
+def python_option_error(python: Optional[str]) -> Optional[str]:
+    """Why ``--python PATH`` cannot be used (a usage error), or None."""
+    if python is None:
+        return None
+    if not python:
+        return "--python needs the path of an interpreter"
+    if os.sep not in python:
+        return None  # a command name: the runner looks it up on PATH
+    if not os.path.exists(python):
+        return f"--python {python}: no such file"
+    if os.path.isdir(python):
+        return f"--python {python}: is a directory (give the interpreter, e.g. {os.path.join(python, 'bin', 'python')})"
+    if not os.access(python, os.X_OK):
+        return f"--python {python}: not executable"
+    return None

@@ -1,0 +1,399 @@
+"""GD5xx: the Python stack — torch's build, declared requirements, duplicate and broken installs."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Any, Dict, List, Optional, Tuple
+
+from gpudoctor.gpu_table import describe_archs, gpus_to_judge, kernel_support
+from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
+
+from .driver import _torch_index_for, version_tuple
+
+# Requirements on these are about compiled code (ABI, kernels): an unmet one is an error.
+# Others (pure-Python libraries) are warnings, as a pip check failure that may still import.
+BINARY_BOUND = re.compile(r"^(torch|torchvision|torchaudio|vllm|triton|xformers|flashinfer.*|flash-attn.*|nvidia-.*|cuda-.*|cupy.*)$")
+
+
+def _py(snap) -> str:
+    return shlex.quote(str(snap.value("python.executable") or "python3"))
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# --- torch build -----------------------------------------------------------------------------
+@rule("GD501", "torch-without-cuda", severity=ERROR, area="vllm", requires=("torch.version", "gpu.count"))
+def torch_without_cuda(snap):
+    """torch is a CPU-only (or ROCm) build on a machine with NVIDIA GPUs.
+
+    ## Why
+    `torch/version.py` says `cuda = None`: this torch cannot use the GPUs at all.
+    `torch.cuda.is_available()` is False, `.cuda()` raises "Torch not compiled with CUDA
+    enabled", and vLLM stops with "Failed to infer device type". It usually comes from
+    `pip install torch` resolving to a CPU wheel (a `+cpu` local version, the CPU index) or
+    from a dependency reinstalling torch from PyPI without the CUDA index.
+
+    ## Fix
+    Reinstall torch from the CUDA index that matches the driver, e.g.
+    `python -m pip install --force-reinstall torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130`.
+
+    ## References
+    - research/facts.md §5.5 (`cuda: Optional[str] = None` in CPU builds); vllm-project/vllm#12847.
+    """
+    count = snap.value("gpu.count") or 0
+    if not count:
+        return NotApplicable("no NVIDIA GPU here (use --gpu to check for one)")
+    if snap.get("torch.cuda").ok:
+        return None
+    cuda = snap.get("torch.cuda")
+    if cuda.status != "absent":
+        return Unknown(f"torch.cuda is {cuda.describe()}")
+    version = str(snap.value("torch.version"))
+    base = version.split("+")[0]
+    hip = snap.value("torch.hip")
+    index = _torch_index_for(snap.value("driver.cuda_max")) or "cu128"
+    kind = f"a ROCm build (HIP {hip})" if hip else "a CPU-only build"
+    return Fail(
+        f"torch {version} is {kind} but this machine has {count} NVIDIA GPU(s): torch.cuda.is_available() is False "
+        "and vLLM fails with \"Failed to infer device type\"",
+        ["torch.version", "torch.cuda", "torch.path", "gpu.count", "gpu.0.name"],
+        Fix(
+            f"Reinstall torch {base} from the PyTorch CUDA index that fits the driver ({index}).",
+            [f"{_py(snap)} -m pip install --force-reinstall torch=={base} --index-url https://download.pytorch.org/whl/{index}"],
+        ),
+    )
+
+
+def _torch_index_for_gpu(cc: str, torch_cuda: Optional[Tuple[int, ...]]) -> Optional[str]:
+    """A PyTorch wheel index whose builds include ``cc`` (facts.md §7 arch lists, §2.1 floors)."""
+    major = version_tuple(cc)[0]
+    if major < 7 or cc == "7.0":
+        return "cu126"  # cu126 builds: 5.0;6.0;7.0;7.5;8.0;8.6;9.0 — the last CUDA 12 line with them
+    if major >= 10:
+        return "cu128" if not torch_cuda or torch_cuda < (12, 8) else None
+    return None
+
+
+@rule("GD502", "torch-arch-list-misses-gpu", severity=ERROR, area="vllm", requires=("torch.arch_list", "gpu.count"))
+def torch_arch_list_misses_gpu(snap):
+    """torch has no GPU code for this GPU's architecture.
+
+    ## Why
+    torch's CUDA kernels live in `torch/lib/libtorch_cuda.so`, compiled for a list of
+    architectures (`torch.cuda.get_arch_list()`). A GPU outside it gets torch's warning
+    "… with CUDA capability sm_XY is not compatible with the current PyTorch installation.
+    The current PyTorch install supports CUDA capabilities sm_…", then every op fails with
+    "no kernel image is available for execution on the device". Blackwell GPUs (sm_100,
+    sm_120) need cu128 or newer builds; CUDA 13 builds start at sm_75, dropping Pascal and
+    Volta. gpudoctor reads the list from the library's fatbin headers.
+
+    ## Fix
+    Install a torch build whose arch list includes the GPU: cu128+ for Blackwell, cu126 for
+    GPUs below 7.5.
+
+    ## References
+    - research/facts.md §2.1 (binary compatibility, toolkit floors), §7 (signature, reported
+      arch lists per build); anchors.md §4 signature 1; pytorch/pytorch#31285.
+    """
+    gpus = gpus_to_judge(snap)
+    if not gpus:
+        return Unknown("no GPU compute capability known (use --gpu to name one)")
+    archs = snap.value("torch.arch_list") or {}
+    sm, ptx = archs.get("sm", []), archs.get("ptx", [])
+    torch_cuda = version_tuple(str(snap.value("torch.cuda") or "")) or None
+    fails = []
+    for gpu in gpus:
+        support = kernel_support(sm, ptx, gpu["cc"])
+        if support.runs:
+            continue
+        sm_name = "sm_" + gpu["cc"].replace(".", "")
+        index = _torch_index_for_gpu(gpu["cc"], torch_cuda)
+        version = str(snap.value("torch.version") or "?")
+        commands = [f"{_py(snap)} -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/{index}"] if index else [
+            f"{_py(snap)} -m pip install --force-reinstall torch=={version.split('+')[0]} --index-url https://download.pytorch.org/whl/cu{(snap.value('torch.cuda') or '').replace('.', '')}  # a build for {sm_name}"
+        ]
+        fails.append(
+            Fail(
+                f"torch {version} has GPU code for {describe_archs(sm, ptx)} ({os.path.basename(str(archs.get('library', 'libtorch_cuda.so')))}); "
+                f"GPU {gpu['index']} ({gpu['name']}) is {sm_name}: torch warns \"… with CUDA capability {sm_name} is not "
+                "compatible with the current PyTorch installation\" and its ops fail with \"no kernel image is available\"",
+                ["torch.version", "torch.arch_list", f"gpu.{gpu['index']}.compute_capability"],
+                Fix(f"Install a torch build that includes {sm_name}.", commands),
+                subject=f"GPU {gpu['index']}",
+            )
+        )
+    return fails
+
+
+# --- requirements ----------------------------------------------------------------------------
+def _parse_requirement(text: str):
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return Requirement(text)
+    except InvalidRequirement:
+        return None
+
+
+def _applies(req, marker_env: Dict[str, str]) -> bool:
+    if req.marker is None:
+        return True
+    env = dict(marker_env)
+    env["extra"] = ""  # requirements of extras are skipped: which extras were asked for is not recorded
+    try:
+        return bool(req.marker.evaluate(env))
+    except Exception:
+        return False
+
+
+def _satisfied(req, version: str) -> Optional[bool]:
+    from packaging.version import InvalidVersion, Version
+
+    if not req.specifier:
+        return True
+    try:
+        return req.specifier.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return None
+
+
+def unmet_requirements(snap) -> Dict[str, List[Dict[str, Any]]]:
+    """requiring dist -> [{requirement, name, installed}] for the stack's unmet Requires-Dist."""
+    stack = snap.value("packages.stack") or {}
+    dists = snap.value("packages.dists") or {}
+    marker_env = snap.value("python.marker_env") or {}
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    for owner, entry in stack.items():
+        if not isinstance(entry, dict):
+            continue
+        for text in entry.get("requires", []) or []:
+            req = _parse_requirement(str(text))
+            if req is None or not _applies(req, marker_env):
+                continue
+            name = _normalize(req.name)
+            installed = dists.get(name) if isinstance(dists, dict) else None
+            if not isinstance(installed, dict) or not installed.get("version"):
+                out.setdefault(owner, []).append({"requirement": str(req), "name": name, "installed": None})
+                continue
+            if _satisfied(req, str(installed["version"])) is False:
+                out.setdefault(owner, []).append({"requirement": str(req), "name": name, "installed": installed["version"]})
+    return out
+
+
+def _pin(requirement: str) -> str:
+    """The install argument for a requirement, without its marker."""
+    return requirement.split(";")[0].strip()
+
+
+@rule("GD503", "requirement-not-satisfied", severity=ERROR, area="vllm",
+      requires=("packages.stack", "packages.dists", "python.marker_env"))
+def requirement_not_satisfied(snap):
+    """A package of the inference stack requires a version that is not installed.
+
+    ## Why
+    vLLM pins torch exactly (vLLM 0.20–0.26: `torch==2.11.0`, 0.27–0.32: `torch==2.13.0`),
+    torchvision/torchaudio pin torch, torch pins its nvidia-* CUDA wheels, and vLLM's `_C`
+    and flash-attn's extension are compiled against one torch's C++ API. Installing another
+    torch afterwards (a `pip install` of something that pulls torch, or a manual upgrade)
+    leaves a stack that imports with "undefined symbol: _ZN3c10…" or misbehaves. This is
+    `pip check` limited to the stack (torch, torchvision, torchaudio, vllm, flashinfer,
+    flash-attn*, xformers, triton, transformers), evaluated with the target interpreter's
+    markers; requirements of extras are not checked.
+
+    ## Fix
+    Install what the requirement asks for, e.g. `python -m pip install 'torch==2.11.0'`,
+    or reinstall the package that pins it so that pip resolves them together.
+
+    ## References
+    - research/facts.md §4.2 (torch pins per vLLM release, from PyPI metadata), §7;
+      anchors.md §4 signatures 2 and 3; vllm-project/vllm#13608, #5501;
+      Dao-AILab/flash-attention#1832.
+    - PEP 508 (requirement and marker syntax), `packaging` for the evaluation.
+    """
+    unmet = unmet_requirements(snap)
+    stack = snap.value("packages.stack") or {}
+    fails = []
+    for owner, items in sorted(unmet.items()):
+        owner_version = (stack.get(owner) or {}).get("version", "?")
+        parts = []
+        for item in items:
+            if item["installed"] is None:
+                parts.append(f"{_pin(item['requirement'])} (not installed)")
+            else:
+                parts.append(f"{_pin(item['requirement'])}, {item['installed']} is installed")
+        binary = any(BINARY_BOUND.match(item["name"]) for item in items)
+        pins = " ".join(shlex.quote(_pin(item["requirement"])) for item in items)
+        fails.append(
+            Fail(
+                f"{owner} {owner_version} requires " + "; ".join(parts),
+                [(f"packages.stack.{owner}.requires", [item["requirement"] for item in items])]
+                + [(f"packages.dists.{item['name']}", item["installed"]) for item in items],
+                Fix(
+                    f"Install what {owner} {owner_version} was built for (or reinstall {owner} so pip resolves both).",
+                    [f"{_py(snap)} -m pip install {pins}",
+                     f"{_py(snap)} -m pip install --force-reinstall {shlex.quote(owner + '==' + str(owner_version))}  # instead: let pip pick matching versions"],
+                ),
+                subject=owner,
+                severity=ERROR if binary else WARNING,
+            )
+        )
+    return fails
+
+
+@rule("GD504", "duplicate-distribution", severity=WARNING, area="vllm", requires=("packages.duplicates",))
+def duplicate_distribution(snap):
+    """The same distribution is installed twice on the import path.
+
+    ## Why
+    Python imports the first copy on sys.path, `importlib.metadata` (and so vLLM's and
+    transformers' version checks) may read another, and `pip uninstall` removes only one.
+    Two `*.dist-info` folders of one package in the same site-packages mean an interrupted
+    or forced upgrade left the old metadata behind; one copy in the venv and one in
+    `~/.local` or the system site-packages means the user site or `--system-site-packages`
+    leaks in. Either way, what runs is not what `pip list` says.
+
+    ## Fix
+    Remove the copy you do not want (uninstall until none is left, then reinstall once), or
+    delete a stale `*.dist-info` folder that has no files behind it. Reported: two copies in
+    one directory (any package), and copies in several path entries of the inference stack
+    and the nvidia-* CUDA wheels; other shadowed copies (a distribution's python3-six under
+    a pip-installed six) are in the `packages.duplicates` fact only.
+
+    ## References
+    - Python Packaging User Guide, "Recording installed projects" (one .dist-info per
+      installed project); PEP 376.
+    """
+    fails = []
+    stack_names = set((snap.value("packages.stack") or {}).keys())
+    for name, copies in sorted((snap.value("packages.duplicates") or {}).items()):
+        if not isinstance(copies, list) or len(copies) < 2:
+            continue
+        same_dir = len({c.get("location") for c in copies}) < len(copies)
+        if not (same_dir or name in stack_names or name.startswith("nvidia-")):
+            continue  # e.g. a distro's python3-six under a pip six in a --system-site-packages venv
+        used = copies[0]
+        described = "; ".join(
+            f"{c.get('version')} in {c.get('location')}" + (" (imported)" if i == 0 else "") for i, c in enumerate(copies)
+        )
+        commands = [f"{_py(snap)} -m pip uninstall -y {name}  # repeat until pip says it is not installed",
+                    f"{_py(snap)} -m pip install {shlex.quote(name + '==' + str(used.get('version')))}"]
+        if same_dir:
+            stale = [c for c in copies[1:] if c.get("meta") and c.get("location") == used.get("location")]
+            commands = [f"rm -rf {shlex.quote(os.path.join(c['location'], c['meta']))}  # stale metadata" for c in stale] + [
+                f"{_py(snap)} -m pip install --force-reinstall --no-deps {shlex.quote(name + '==' + str(used.get('version')))}"
+            ]
+        versions = {str(c.get("version")) for c in copies}
+        fails.append(
+            Fail(
+                f"{name} is installed {len(copies)} times: {described}",
+                [(f"packages.duplicates.{name}", copies)],
+                Fix("Keep one copy.", commands, "disruptive"),
+                subject=name,
+                severity=ERROR if name in stack_names and len(versions) > 1 else WARNING,
+            )
+        )
+    return fails
+
+
+@rule("GD505", "distribution-files-missing", severity=ERROR, area="vllm", requires=("packages.stack",))
+def distribution_files_missing(snap):
+    """An installed package of the stack is missing files its RECORD lists.
+
+    ## Why
+    pip writes every installed file into the distribution's RECORD. Python modules or
+    shared objects listed there but gone from the disk (an interrupted install, a half
+    `pip uninstall` of a package that shared a directory, a clean-up script, an FA2 and FA4
+    install writing the same `flash_attn/` directory) give ImportErrors or missing CUDA
+    kernels at run time, while `pip list` still shows the package as installed. gpudoctor
+    stats the `.py` and `.so` files of the inference stack (never hashes them).
+
+    ## Fix
+    `python -m pip install --force-reinstall --no-deps PACKAGE==VERSION`.
+
+    ## References
+    - PEP 376 / Python Packaging User Guide, "Recording installed projects" (RECORD).
+    - research/facts.md §3.3 (FA2 and FA4 writing into the same `flash_attn` directory).
+    """
+    fails = []
+    for name, entry in sorted((snap.value("packages.stack") or {}).items()):
+        if not isinstance(entry, dict) or not entry.get("missing_count"):
+            continue
+        shown = ", ".join(entry.get("missing", [])[:5])
+        more = entry["missing_count"] - min(5, len(entry.get("missing", [])))
+        fails.append(
+            Fail(
+                f"{name} {entry.get('version')}: {entry['missing_count']} of the {entry.get('checked')} modules and "
+                f"libraries its RECORD lists are missing ({shown}{f' and {more} more' if more > 0 else ''})",
+                [(f"packages.stack.{name}", {k: entry.get(k) for k in ("version", "location", "checked", "missing_count", "missing")})],
+                Fix("Reinstall it.", [f"{_py(snap)} -m pip install --force-reinstall --no-deps {shlex.quote(name + '==' + str(entry.get('version')))}"]),
+                subject=name,
+            )
+        )
+    return fails
+
+
+@rule("GD506", "distribution-metadata-unreadable", severity=WARNING, area="vllm", requires=("packages.unreadable",))
+def distribution_metadata_unreadable(snap):
+    """Installed-package metadata that cannot be read.
+
+    ## Why
+    A `*.dist-info` whose METADATA is not UTF-8, is missing, unreadable (permissions) or a
+    symlink loop breaks `pip list`, `pip check`, `importlib.metadata` and every version check
+    built on them (vLLM and transformers check their dependencies that way), usually with a
+    traceback far from the cause.
+
+    ## Fix
+    Reinstall the package (`pip install --force-reinstall --no-deps NAME==VERSION`), or
+    remove the broken `*.dist-info` folder if the package is gone.
+
+    ## References
+    - Core metadata specification (METADATA is UTF-8), packaging.python.org.
+    """
+    fails = []
+    for item in snap.value("packages.unreadable") or []:
+        if not isinstance(item, dict):
+            continue
+        path = str(item.get("path"))
+        fails.append(
+            Fail(
+                f"{path}: {item.get('detail')} ({item.get('status')})",
+                [("packages.unreadable", item)],
+                Fix("Reinstall the package, or remove the broken metadata folder.", [f"ls -la {shlex.quote(path)}"]),
+                subject=os.path.basename(path),
+            )
+        )
+    return fails
+
+
+@rule("GD507", "python-environment-unreadable", severity=ERROR, area="vllm", requires=())
+def python_environment_unreadable(snap):
+    """The interpreter named by --python could not be inspected.
+
+    ## Why
+    gpudoctor runs a small standard-library script inside that interpreter (`-I`, with a
+    timeout) to read its environment. When that fails — not a Python, older than 3.8, a
+    broken venv whose base interpreter was removed, a hang — none of the Python-stack rules
+    can say anything about it.
+
+    ## Fix
+    Run the interpreter by hand: `PY -c 'import sys; print(sys.version)'`; recreate a
+    broken venv (`python3 -m venv --clear VENV` and reinstall).
+
+    ## References
+    - design.md ("--python PY inspects another interpreter's environment").
+    """
+    requested = snap.value("python.requested")
+    fact = snap.get("python.executable")
+    if requested is None:
+        return NotApplicable("--python was not given")
+    if fact.ok:
+        return None
+    return Fail(
+        f"cannot inspect {requested}: {fact.detail or fact.status}",
+        ["python.requested", "python.executable"],
+        Fix("Check the interpreter by hand.", [f"{shlex.quote(str(requested))} -c 'import sys; print(sys.version)'"]),
+    )
