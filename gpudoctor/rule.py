@@ -41,6 +41,7 @@ AREAS: Tuple[Tuple[str, str], ...] = (
     ("processes", "Processes"),
     ("launch", "Launch command"),
     ("server", "Server"),
+    ("cluster", "Cluster"),
 )
 AREA_TITLES = dict(AREAS)
 
@@ -60,9 +61,11 @@ class Fix:
     summary: str
     commands: List[str] = field(default_factory=list)
     safety: str = "safe"  # safe | disruptive | needs_root | reboot
+    actions: List[Any] = field(default_factory=list)  # typed actions for `gpudoctor fix` (gpudoctor/fix.py)
 
     def to_json(self) -> Dict[str, Any]:
-        return {"summary": self.summary, "commands": list(self.commands), "safety": self.safety}
+        out = {"summary": self.summary, "commands": list(self.commands), "safety": self.safety}
+        return {**out, "actions": [a.to_json() for a in self.actions]} if self.actions else out
 
 
 # Evidence is given as fact paths (the engine looks their values up) or (label, value) pairs.

@@ -45,10 +45,14 @@ def mixed_gpus(snap):
 
     ## Fix
     Restrict the server to one kind of GPU with `CUDA_VISIBLE_DEVICES`, e.g.
-    `export CUDA_VISIBLE_DEVICES=0,1`.
+    `export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,1`. The indices are
+    nvidia-smi's (PCI bus order); CUDA numbers GPUs fastest first unless
+    `CUDA_DEVICE_ORDER=PCI_BUS_ID`, so on mixed GPUs the same index can name another GPU.
 
     ## References
     - research/facts.md §2.1–2.3 (capability per family, backend selection by capability).
+    - CUDA C++ Programming Guide, "CUDA Environment Variables" (CUDA_DEVICE_ORDER:
+      FASTEST_FIRST by default, PCI_BUS_ID).
     """
     visible = visible_gpus(snap)
     if len(visible) < 2:
@@ -66,7 +70,12 @@ def mixed_gpus(snap):
     return Fail(
         f"mixed GPUs are visible: {described}",
         [f"gpu.{i}.name" for i in visible] + [f"gpu.{i}.compute_capability" for i in visible],
-        Fix("Serve on identical GPUs only.", [f"export CUDA_VISIBLE_DEVICES={','.join(map(str, best))}"]),
+        # nvidia-smi/NVML number GPUs in PCI bus order, CUDA by default fastest first
+        # (CUDA_DEVICE_ORDER=FASTEST_FIRST): on mixed GPUs the same index can name another GPU.
+        Fix(
+            "Serve on identical GPUs only (the indices are nvidia-smi's, so make CUDA number GPUs the same way).",
+            [f"export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={','.join(map(str, best))}"],
+        ),
         severity=WARNING if len(ccs) == 1 else ERROR,
     )
 
@@ -87,7 +96,14 @@ def gpu_memory_in_use(snap):
 
     ## References
     - anchors.md §4 signature 9; vllm-project/vllm#20305, #55510, #42017.
+    - With the process table (rules/processes.py), memory held by stale serving processes
+      (GD601), zombies (GD605) or processes not visible here (GD604) is reported there, not
+      here: this rule names the live holders, with user and age.
     """
+    from .processes import gpu_shares, view
+
+    procs_view = view(snap)
+    splits = {s.index: s for s in (gpu_shares(snap, procs_view) or [])}
     fails = []
     for index in visible_gpus(snap):
         used = snap.get(f"gpu.{index}.memory_used")
@@ -96,15 +112,21 @@ def gpu_memory_in_use(snap):
             continue
         reserved = snap.get(f"gpu.{index}.memory_reserved")
         threshold = IN_USE_THRESHOLD if reserved.ok else IN_USE_THRESHOLD + (1 << 30)
-        if used.value < threshold:
+        split = splits.get(index)
+        elsewhere = split.reported_elsewhere if split else 0
+        if used.value - elsewhere < threshold:
             continue
-        procs = snap.value(f"gpu.{index}.processes") or []
+        procs = split.live if split else (snap.value(f"gpu.{index}.processes") or [])
         pids = [str(p.get("pid")) for p in procs if isinstance(p, dict)]
         holders = f"held by PID {', '.join(pids)}" if pids else "no process visible from here (another container or PID namespace?)"
+        if split and pids:
+            holders = "held by " + "; ".join(_holder(procs_view, p) for p in procs if isinstance(p, dict))
+        if elsewhere:
+            holders += f"; {gib(elsewhere)} more is held by stale, zombie or hidden processes (GD601, GD604, GD605)"
         share = f" of {gib(total)}" if total else ""
         fails.append(
             Fail(
-                f"{_gpu_label(snap, index)}: {gib(used.value)}{share} already in use, {holders}",
+                f"{_gpu_label(snap, index)}: {gib(used.value - elsewhere)}{share} already in use, {holders}",
                 [f"gpu.{index}.memory_used", f"gpu.{index}.memory_total", f"gpu.{index}.processes"],
                 Fix(
                     "Stop the processes that hold the memory if they are stale, or leave room for them.",
@@ -115,6 +137,15 @@ def gpu_memory_in_use(snap):
             )
         )
     return fails
+
+
+def _holder(procs_view, entry) -> str:
+    """'PID 896 (python3, user root, up 5 min, 3.6 GiB)' from the process table."""
+    proc = procs_view.procs.get(entry.get("pid"))
+    size = f", {gib(entry['used_memory'])}" if isinstance(entry.get("used_memory"), int) else ""
+    if proc is None:
+        return f"PID {entry.get('pid')}{size}"
+    return f"PID {proc.pid} ({proc.title}, user {procs_view.user(proc.uid)}, up {procs_view.age(proc)}{size})"
 
 
 @rule("GD303", "ecc-uncorrectable-errors", severity=ERROR, area="gpu", requires=("gpu.count",))
@@ -221,11 +252,13 @@ def pcie_link_degraded(snap):
     for index in snap.gpu_indices():
         width, width_max = snap.value(f"gpu.{index}.pcie_width_current"), snap.value(f"gpu.{index}.pcie_width_max")
         gen, gen_max = snap.value(f"gpu.{index}.pcie_gen_current"), snap.value(f"gpu.{index}.pcie_gen_max")
-        idle = "gpu_idle" in (snap.value(f"gpu.{index}.throttle_reasons") or [])
+        reasons = snap.get(f"gpu.{index}.throttle_reasons")
+        # A low generation is normal at idle; when we cannot tell whether it idles, say nothing.
+        busy = reasons.ok and "gpu_idle" not in (reasons.value or [])
         problems = []
         if isinstance(width, int) and isinstance(width_max, int) and 0 < width < width_max:
             problems.append(f"width x{width} of x{width_max}")
-        if isinstance(gen, int) and isinstance(gen_max, int) and gen < gen_max and not idle:
+        if isinstance(gen, int) and isinstance(gen_max, int) and gen < gen_max and busy:
             problems.append(f"gen {gen} of {gen_max} while busy")
         if problems:
             fails.append(
@@ -329,6 +362,8 @@ def cuda_visible_devices_invalid(snap):
     value = env.get("CUDA_VISIBLE_DEVICES")
     if value is None:
         return NotApplicable("CUDA_VISIBLE_DEVICES is not set")
+    if any(e.strip().startswith("MIG-") for e in value.split(",")):
+        return Unknown("CUDA_VISIBLE_DEVICES names MIG instances, which gpudoctor does not enumerate")
     indices = snap.gpu_indices()
     uuids = [snap.value(f"gpu.{i}.uuid") for i in indices]
     if any(u is None for u in uuids) and any(e.strip().startswith("GPU-") for e in value.split(",")):

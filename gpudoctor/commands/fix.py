@@ -1,0 +1,137 @@
+"""gpudoctor fix: carry out the typed fix actions of the findings, after asking.
+
+Probe, run the rules, list every action the findings carry (stop a stale process, remove a
+leftover shm file) with the safety verdict of each, ask (or take ``--yes``), act, then probe
+again. When stopping processes frees more leftovers (their shm files), a second round
+offers those. Without a terminal on stdin and without ``--yes`` it is a dry run. Exit 0
+when nothing is left to do, 1 when something was refused, failed or is still pending
+(a dry run with actions), 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from gpudoctor.commands.common import IO, UsageError, add_probe_options, probe
+from gpudoctor.exitcodes import ExitCode
+
+HELP = "stop stale serving processes you own and remove leftover shared memory, after asking"
+MAX_ROUNDS = 2
+
+
+def configure(parser) -> None:
+    add_probe_options(parser)
+    parser.add_argument("-y", "--yes", action="store_true", help="act without asking")
+    parser.add_argument("--dry-run", action="store_true", help="only list what would be done (the default when stdin is not a terminal)")
+    parser.add_argument("--port", type=int, default=8000, metavar="N", help="the serving port to check (default 8000)")
+    parser.add_argument("--grace", type=float, default=10.0, metavar="S", help="seconds between SIGTERM and SIGKILL (default 10)")
+    parser.add_argument("--select", action="append", metavar="IDS", help="only the actions of these rules (IDs, prefixes, names or areas)")
+    parser.add_argument("--ignore", action="append", metavar="IDS", help="skip the actions of these rules")
+
+
+def run(args, io: IO) -> int:
+    from gpudoctor import fix as actions
+    from gpudoctor.commands.check import selected_rules
+    from gpudoctor.engine import run_rules
+    from gpudoctor.redact import redact
+
+    if not (0 <= args.grace <= 3600):
+        raise UsageError("--grace must be between 0 and 3600 seconds")
+    rules = selected_rules(args)
+
+    def say(text: str = "") -> None:
+        io.stdout.write(redact(text) + "\n")
+        io.stdout.flush()
+
+    machine = actions.Machine(root=args.root)
+    interactive = not args.dry_run and not args.yes and _stdin_is_tty()
+    attempted = set()
+    trouble = False
+
+    def check():
+        result = run_rules(probe(args, io), rules)
+        return result, actions.plan(result.findings)
+
+    result, planned = check()
+    for round_number in range(1, MAX_ROUNDS + 1):
+        todo = [p for p in planned if p.action.key not in attempted]
+        if not todo:
+            break
+        if round_number == 1:
+            if machine.euid == 0:
+                io.stderr.write(
+                    "gpudoctor: warning: running as root: fix still touches only processes and files owned by root, "
+                    "never PID 1 or gpudoctor's own parent processes\n"
+                )
+            say(f"gpudoctor fix: {len(todo)} action(s) from {_count_findings(todo)} finding(s):")
+        else:
+            say(f"\nthat left {len(todo)} more action(s):")
+        verdicts = [_verdict(machine, p.action) for p in todo]
+        for number, (item, verdict) in enumerate(zip(todo, verdicts), 1):
+            say(f"  {number}. {item.action.describe()}   [{', '.join(item.rules)}]")
+            if not verdict.go:
+                say(f"     {'skip' if verdict.status == actions.ALREADY else 'will not'}: {verdict.reason}")
+        doable = [item.action for item, verdict in zip(todo, verdicts) if verdict.go]
+        refused = [v for v in verdicts if v.status == actions.REFUSED]
+        trouble = trouble or bool(refused)
+        attempted.update(p.action.key for p in todo)
+        if not doable:
+            say("nothing here that gpudoctor may do.")
+            break
+        if args.dry_run or (not args.yes and not interactive):
+            why = "--dry-run" if args.dry_run else "stdin is not a terminal"
+            say(f"dry run ({why}): nothing was done. Run `gpudoctor fix --yes` to apply.")
+            return ExitCode.FINDINGS
+        if not args.yes and not _confirm(io, f"Apply {len(doable)} action(s)? [y/N] "):
+            say("nothing was done.")
+            return ExitCode.FINDINGS
+        for outcome in actions.apply(doable, machine, grace=args.grace, say=lambda text: say(f"     {text}")):
+            mark = {actions.DONE: "done", actions.ALREADY: "skip", actions.REFUSED: "refused", actions.FAILED: "FAILED"}[outcome.status]
+            say(f"  {mark}: {outcome.action.describe()}: {outcome.detail}")
+            trouble = trouble or outcome.status in (actions.REFUSED, actions.FAILED)
+        result, planned = check()
+
+    pending = [p for p in planned if _verdict(machine, p.action).status != actions.ALREADY]
+    if not attempted:
+        say("gpudoctor fix: nothing to fix (no finding carries a fix action).")
+    elif not pending:
+        say("re-check: clean, no finding with a fix action is left.")
+    else:
+        say(f"re-check: {len(pending)} action(s) still pending:")
+        for item in pending:
+            say(f"  - {item.action.describe()}   [{', '.join(item.rules)}]")
+    manual = [f for f in result.findings if f.area == "processes" and not (f.fix and f.fix.actions)]
+    if manual:
+        say(f"{len(manual)} other process finding(s) need a manual fix: see `gpudoctor check --select processes`.")
+    return ExitCode.FINDINGS if pending or trouble else ExitCode.OK
+
+
+def _verdict(machine, action):
+    from gpudoctor import fix as actions
+
+    if isinstance(action, actions.StopProcess):
+        return machine.check_process(action)
+    if isinstance(action, actions.RemoveFile):
+        return machine.check_file(action)
+    return actions.Verdict(actions.REFUSED, f"unknown action type {type(action).__name__}")
+
+
+def _count_findings(todo) -> int:
+    return len({label for item in todo for label in item.rules})
+
+
+def _stdin_is_tty() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):
+        return False
+
+
+def _confirm(io: IO, question: str) -> bool:
+    io.stdout.write(question)
+    io.stdout.flush()
+    try:
+        answer = sys.stdin.readline()
+    except (OSError, ValueError):
+        return False
+    return answer.strip().lower() in ("y", "yes")

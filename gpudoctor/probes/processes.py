@@ -1,0 +1,566 @@
+"""Processes: serving stacks, orphans and zombies, the serving port, leftover shared memory.
+
+Reads ``ROOT/proc`` directly, in one pass: per process one read of ``/proc/PID/stat``
+(comm, state, ppid, process group, flags, start time), one ``stat()`` of ``/proc/PID``
+(owner) and, for userland processes, one read of ``/proc/PID/cmdline``. That is what
+``psutil.process_iter(attrs=[name, cmdline, ppid, uids, create_time, status])`` reads too,
+without building a Process object per PID and parsing ``/proc/PID/status`` for the uids:
+0.05 s instead of 0.23 s for 2,000 processes on a two-core box
+(benchmarks/process_probe.py). Reading through ``ctx.path`` also lets tests use fake roots
+(a ``proc`` symlink to the real one, or garbage text). Kernel threads are counted, not
+recorded.
+
+NVML's per-GPU PIDs (``gpu.N.processes``) come from the gpus probe, which runs in another
+thread at the same time: this probe cannot read them, so it records a compact line for
+every userland process and the rules join the two.
+
+Facts (source "/proc"):
+  processes.scan     {time, boot_time, clk_tck, count, pid_namespace: {inode, initial},
+                      kernel_threads, vanished, unreadable}
+  processes.self     {pid, uid, user, ancestors}: the doctor and its ancestors, never touched
+  processes.index    {"PID": [ppid, uid, state, comm, create_time]} for userland processes
+  processes.users    {"UID": name}
+  processes.serving  [{pid, ppid, pgid, uid, user, state, comm, title, cmdline (secrets
+                       masked), start_ticks, create_time, stack, role}] for vLLM / SGLang /
+                       llama.cpp processes (stack: vllm | sglang | llama.cpp)
+  processes.port     {port, listeners: [{address, family, uid, inode, pids}]} (ROOT/proc/net/tcp*)
+  processes.shm      {dir, files: [{name, path, kind, size, uid, user, mtime, dev, inode, in_use_by}],
+                      maps_unreadable_uids, maps_unreadable_pids}
+
+Anything can vanish or deny access between two reads: a process that is gone is
+counted in ``vanished``, one that cannot be read in ``unreadable``; nothing here raises.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat as stat_module
+import time
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+from gpudoctor.snapshot import ABSENT, ERROR, NO_PERMISSION, Fact, missing, ok
+
+SOURCE = "/proc"
+PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
+CMDLINE_LIMIT = 4096  # bytes of /proc/PID/cmdline read per process
+TITLE_LIMIT = 512  # characters of a serving process's command line kept in the snapshot
+
+# Process titles set with setproctitle: "{prefix}::{name}" (facts.md §4.10). vLLM's default
+# prefix is VLLM (VLLM_PROCESS_NAME_PREFIX changes it; forks use e.g. "vLLM-Omni::");
+# SGLang uses "sglang::scheduler_TP0", "sglang::detokenizer", ...
+TITLE = re.compile(r"^(?P<prefix>[A-Za-z][\w.-]{0,30})::(?P<name>.*)$", re.S)
+VLLM_PREFIX = re.compile(r"(?i)^vllm")
+SGLANG_PREFIX = re.compile(r"(?i)^sglang$")
+
+# Secrets on a command line: the value after these options is masked before it is stored.
+SECRET_OPTIONS = re.compile(r"(?i)^--?(api[-_]?key|hf[-_]?token|token|password|secret)(=.*)?$")
+
+# shm files left by the serving stack (facts.md §4.10): CPython SharedMemory (vLLM's
+# broadcast ring buffer and object storage) is "psm_" + 8 hex digits; NCCL's SHM
+# transport is "nccl-XXXXXX" (older NCCL: "nccl-shm-recv-…").
+SHM_PATTERNS = (
+    (re.compile(r"^psm_[0-9a-f]{8}$"), "python_shared_memory"),
+    (re.compile(r"^nccl-[\w.-]+$"), "nccl"),
+)
+
+
+# --- reading /proc ---------------------------------------------------------------------------
+class Stat:
+    """The parts of /proc/PID/stat we use."""
+
+    __slots__ = ("pid", "comm", "state", "ppid", "pgid", "sid", "flags", "start_ticks")
+
+    def __init__(self, pid: int, comm: str, state: str, ppid: int, pgid: int, sid: int, flags: int, start_ticks: int):
+        self.pid, self.comm, self.state, self.ppid = pid, comm, state, ppid
+        self.pgid, self.sid, self.flags, self.start_ticks = pgid, sid, flags, start_ticks
+
+    @property
+    def kernel_thread(self) -> bool:
+        return bool(self.flags & PF_KTHREAD) or self.pid == 2 or self.ppid == 2
+
+
+def parse_stat(pid: int, data: bytes) -> Optional[Stat]:
+    """Parse /proc/PID/stat; None for text that is not a stat line. comm may hold spaces and ')'."""
+    try:
+        open_at, close_at = data.index(b"("), data.rindex(b")")
+        comm = data[open_at + 1 : close_at].decode("utf-8", "replace")
+        rest = data[close_at + 2 :].split()
+        return Stat(pid, comm, rest[0].decode("ascii", "replace"), int(rest[1]), int(rest[2]), int(rest[3]),
+                    int(rest[6]), int(rest[19]))
+    except (ValueError, IndexError):
+        return None
+
+
+def read_stat(proc: str, pid: int) -> Optional[Stat]:
+    """One process's stat, or None when it is gone or unreadable (never raises)."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as handle:
+            data = handle.read(4096)
+    except OSError:
+        return None
+    return parse_stat(pid, data)
+
+
+def read_uids(proc: str, pid: int) -> Optional[Tuple[int, int, int]]:
+    """Real, effective and saved uid from /proc/PID/status (what kill(2) permission checks)."""
+    try:
+        with open(f"{proc}/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Uid:"):
+                    real, effective, saved = (int(v) for v in line.split()[1:4])
+                    return real, effective, saved
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def read_argv(proc: str, pid: int) -> Optional[List[str]]:
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as handle:
+            data = handle.read(CMDLINE_LIMIT)
+    except OSError:
+        return None
+    return [part.decode("utf-8", "replace") for part in data.split(b"\0") if part]
+
+
+def boot_time(proc: str) -> Optional[int]:
+    try:
+        with open(f"{proc}/stat", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"btime "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def clock_ticks() -> int:
+    try:
+        return int(os.sysconf("SC_CLK_TCK")) or 100
+    except (ValueError, OSError, AttributeError):
+        return 100
+
+
+PROC_PID_INIT_INO = 0xEFFFFFFC  # include/linux/proc_ns.h: the inode of the initial PID namespace
+
+
+def pid_namespace(proc: str) -> Dict[str, Any]:
+    """Which PID namespace this is. NVML reports host PIDs whatever the caller's namespace
+    (NVIDIA/nvidia-docker#1483, #179), so inside a container its PIDs cannot be looked up here."""
+    try:
+        link = os.readlink(f"{proc}/self/ns/pid")  # "pid:[4026531836]"
+        inode = int(link[link.index("[") + 1 : link.index("]")])
+    except (OSError, ValueError):
+        return {"inode": None, "initial": None}
+    return {"inode": inode, "initial": inode == PROC_PID_INIT_INO}
+
+
+def ancestors(proc: str, pid: int) -> List[int]:
+    """PIDs above ``pid`` up to the namespace's root (ppid 0), read live."""
+    chain: List[int] = []
+    current = pid
+    while len(chain) < 256:
+        st = read_stat(proc, current)
+        if st is None or st.ppid <= 0 or st.ppid in chain:
+            break
+        chain.append(st.ppid)
+        current = st.ppid
+    return chain
+
+
+# --- classifying -------------------------------------------------------------------------------
+def classify(comm: str, argv: List[str], extra_prefix: str = "") -> Optional[Tuple[str, str, str]]:
+    """(stack, role, title) for a serving-stack process, else None.
+
+    Roles: "launcher" (vllm serve, python -m vllm.entrypoints…, sglang launch_server,
+    llama-server) may legitimately run under init (systemd, a container's entrypoint);
+    "engine_core", "worker", "api_server", "coordinator", "helper" are children a launcher
+    starts, and are stale once that launcher is gone. The title is the full setproctitle
+    title from the command line when there is one (comm is cut at 15 bytes: VLLM::EngineCor).
+    """
+    for candidate in (argv[0] if argv else "", comm):
+        match = TITLE.match(candidate)
+        if not match:
+            continue
+        prefix, name = match.group("prefix"), match.group("name")
+        if VLLM_PREFIX.match(prefix) or (extra_prefix and prefix == extra_prefix):
+            return "vllm", _vllm_role(name), candidate
+        if SGLANG_PREFIX.match(prefix):
+            return "sglang", _sglang_role(name), candidate
+    launcher = _launcher(argv, comm)
+    if launcher:
+        return launcher, "launcher", comm
+    return None
+
+
+def _vllm_role(name: str) -> str:
+    # Prefixes short enough to survive comm's 15 bytes: "VLLM::EngineCor", "VLLM::DPCoordin".
+    for start, role in (("EngineCor", "engine_core"), ("Worker", "worker"), ("APIServ", "api_server"),
+                        ("DPCoord", "coordinator")):
+        if name.startswith(start):
+            return role
+    return "helper"
+
+
+def _sglang_role(name: str) -> str:
+    low = name.lower()
+    if "scheduler" in low or "worker" in low or "runner" in low:
+        return "worker" if "tokenizer" not in low else "helper"
+    return "helper"
+
+
+def _launcher(argv: List[str], comm: str) -> Optional[str]:
+    if comm == "llama-server" or (argv and os.path.basename(argv[0]) == "llama-server"):
+        return "llama.cpp"
+    for position in (0, 1):  # "vllm serve …" or "/usr/bin/python3 /…/bin/vllm serve …"
+        if len(argv) > position + 1 and argv[position + 1] == "serve":
+            base = os.path.basename(argv[position])
+            if base in ("vllm", "sglang"):
+                return base
+    for position, word in enumerate(argv[:4]):
+        if word == "-m" and position + 1 < len(argv):
+            module = argv[position + 1]
+            if module.startswith("vllm.entrypoints"):
+                return "vllm"
+            if module in ("sglang.launch_server", "sglang.launch_server_grpc"):
+                return "sglang"
+    return None
+
+
+def mask_secrets(argv: List[str]) -> List[str]:
+    out: List[str] = []
+    hide_next = False
+    for word in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        match = SECRET_OPTIONS.match(word)
+        if match:
+            if match.group(2):
+                out.append(word.split("=", 1)[0] + "=***")
+            else:
+                out.append(word)
+                hide_next = True
+            continue
+        out.append(word)
+    return out
+
+
+# --- the probe -----------------------------------------------------------------------------------
+def collect(ctx) -> Dict[str, Fact]:
+    proc = ctx.path("/proc")
+    facts: Dict[str, Fact] = {}
+    started = time.monotonic()
+    try:
+        entries = [int(name) for name in os.listdir(proc) if name.isdigit()]
+    except OSError as exc:
+        reason = missing(ABSENT, f"cannot list {proc}: {exc.strerror or exc}", SOURCE)
+        for key in ("scan", "self", "index", "users", "serving", "port", "shm"):
+            facts[f"processes.{key}"] = reason
+        return facts
+
+    btime = boot_time(proc)
+    hz = clock_ticks()
+    extra_prefix = (ctx.environ.get("VLLM_PROCESS_NAME_PREFIX") or "").strip()
+    index: Dict[str, List[Any]] = {}
+    serving: List[Dict[str, Any]] = []
+    uids: Set[int] = set()
+    kernel_threads = vanished = unreadable = 0
+    for pid in entries:
+        base = f"{proc}/{pid}"
+        try:
+            with open(base + "/stat", "rb") as handle:
+                data = handle.read(4096)
+            owner = os.stat(base).st_uid
+        except FileNotFoundError:
+            vanished += 1
+            continue
+        except OSError:
+            unreadable += 1
+            continue
+        st = parse_stat(pid, data)
+        if st is None:
+            unreadable += 1
+            continue
+        if st.kernel_thread:
+            kernel_threads += 1
+            continue
+        created = round(btime + st.start_ticks / hz, 2) if btime is not None else None
+        index[str(pid)] = [st.ppid, owner, st.state, st.comm, created]
+        uids.add(owner)
+        argv = read_argv(proc, pid)
+        if argv is None:
+            argv = []  # vanished or denied between the two reads: classify on comm alone
+        found = classify(st.comm, argv, extra_prefix)
+        if found:
+            stack, role, title = found
+            serving.append(
+                {
+                    "pid": pid, "ppid": st.ppid, "pgid": st.pgid, "uid": owner, "state": st.state,
+                    "comm": st.comm, "title": title[:TITLE_LIMIT],
+                    "cmdline": " ".join(mask_secrets(argv))[:TITLE_LIMIT],
+                    "start_ticks": st.start_ticks, "create_time": created, "stack": stack, "role": role,
+                }
+            )
+    users = _user_names(uids)
+    for record in serving:
+        record["user"] = users.get(str(record["uid"]), str(record["uid"]))
+    now = time.time()
+    facts["processes.scan"] = ok(
+        {"time": round(now, 2), "boot_time": btime, "clk_tck": hz, "count": len(index), "pid_namespace": pid_namespace(proc),
+         "kernel_threads": kernel_threads, "vanished": vanished, "unreadable": unreadable,
+         "elapsed_s": round(time.monotonic() - started, 4)},
+        SOURCE,
+    )
+    me = os.getpid()
+    facts["processes.self"] = ok(
+        {"pid": me, "uid": os.geteuid(), "user": _user_names({os.geteuid()}).get(str(os.geteuid())),
+         "ancestors": ancestors(proc, me)},
+        SOURCE,
+    )
+    facts["processes.index"] = ok(index, SOURCE, f"{len(index)} userland processes, {kernel_threads} kernel threads")
+    facts["processes.users"] = ok(users, "pwd")
+    facts["processes.serving"] = ok(sorted(serving, key=lambda r: r["pid"]), SOURCE)
+    facts["processes.port"] = _port(ctx, proc, index, serving)
+    facts["processes.shm"] = _shm(ctx, proc, index)
+    return facts
+
+
+def _user_names(uids: Iterable[int]) -> Dict[str, str]:
+    try:
+        import pwd
+    except ImportError:  # not on Linux
+        return {}
+    names: Dict[str, str] = {}
+    for uid in uids:
+        try:
+            names[str(uid)] = pwd.getpwuid(uid).pw_name
+        except (KeyError, OverflowError):
+            names[str(uid)] = str(uid)
+    return names
+
+
+# --- the serving port ------------------------------------------------------------------------------
+def parse_net_tcp(text: str, port: int, family: int) -> List[Dict[str, Any]]:
+    """LISTEN sockets on ``port`` from /proc/net/tcp or tcp6 text (garbage lines are skipped)."""
+    out = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 10 or fields[3] != "0A":  # 0A = TCP_LISTEN
+            continue
+        try:
+            address, _, port_hex = fields[1].partition(":")
+            if int(port_hex, 16) != port:
+                continue
+            out.append({"address": _ip(address, family), "family": family, "uid": int(fields[7]),
+                        "inode": int(fields[9]), "pids": []})
+        except ValueError:
+            continue
+    return out
+
+
+def _ip(hexaddr: str, family: int) -> str:
+    """Kernel hex (host-order 32-bit words) to text."""
+    import socket
+    import struct
+
+    try:
+        words = [int(hexaddr[i : i + 8], 16) for i in range(0, len(hexaddr), 8)]
+        packed = b"".join(struct.pack("=I", word) for word in words)
+        return socket.inet_ntop(socket.AF_INET if family == 4 else socket.AF_INET6, packed)
+    except (ValueError, OSError, struct.error):
+        return hexaddr
+
+
+def socket_owners(proc: str, inodes: Set[int], candidates: Iterable[int]) -> Dict[int, List[int]]:
+    """inode -> PIDs holding it, looking only at ``candidates``' file descriptors."""
+    wanted = {f"socket:[{inode}]": inode for inode in inodes}
+    owners: Dict[int, List[int]] = {}
+    for pid in candidates:
+        fd_dir = f"{proc}/{pid}/fd"
+        try:
+            names = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                target = os.readlink(f"{fd_dir}/{name}")
+            except OSError:
+                continue
+            inode = wanted.get(target)
+            if inode is not None:
+                owners.setdefault(inode, [])
+                if pid not in owners[inode]:
+                    owners[inode].append(pid)
+    return owners
+
+
+def listeners_netlink(port: int) -> List[Dict[str, Any]]:
+    """LISTEN sockets on ``port`` through NETLINK_SOCK_DIAG (what ``ss -lt`` uses).
+
+    Asking for the LISTEN state only, the kernel walks just its listening hash: 0.2 ms,
+    where reading /proc/net/tcp + tcp6 walks the whole established-connections table
+    (262,144 buckets on a 24 GB box: 9 ms, more on big hosts). Raises OSError where netlink
+    is not available (some sandboxes); the caller then reads /proc/net/tcp.
+    """
+    import socket
+    import struct
+
+    out: List[Dict[str, Any]] = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4) as sock:  # NETLINK_SOCK_DIAG
+        sock.settimeout(1.0)
+        for family, version in ((socket.AF_INET, 4), (socket.AF_INET6, 6)):
+            # struct inet_diag_req_v2: family, protocol, ext, pad, states (1 << TCP_LISTEN), inet_diag_sockid
+            sockid = bytes(36) + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
+            request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 1 << 10) + sockid
+            # struct nlmsghdr: length, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq, pid
+            sock.send(struct.pack("=IHHII", 16 + len(request), 20, 0x301, version, 0) + request)
+            done = False
+            while not done:
+                data = sock.recv(1 << 16)
+                if not data:
+                    break
+                offset = 0
+                while offset + 16 <= len(data):
+                    length, kind = struct.unpack_from("=IH", data, offset)
+                    if length < 16:
+                        raise OSError("bad netlink message")
+                    if kind == 3:  # NLMSG_DONE
+                        done = True
+                        break
+                    if kind == 2:  # NLMSG_ERROR
+                        code = -struct.unpack_from("=i", data, offset + 16)[0]
+                        raise OSError(code, os.strerror(code))
+                    body = offset + 16  # struct inet_diag_msg
+                    state = data[body + 1]
+                    sport = struct.unpack_from("!H", data, body + 4)[0]
+                    if state == 10 and sport == port:
+                        raw = data[body + 8 : body + 8 + (4 if family == socket.AF_INET else 16)]
+                        uid, inode = struct.unpack_from("=II", data, body + 64)
+                        out.append({"address": socket.inet_ntop(family, raw), "family": version, "uid": uid,
+                                    "inode": inode, "pids": []})
+                    offset += (length + 3) & ~3
+    return out
+
+
+def _port(ctx, proc: str, index: Dict[str, List[Any]], serving: List[Dict[str, Any]]) -> Fact:
+    port = int(getattr(ctx, "port", 8000) or 8000)
+    listeners: List[Dict[str, Any]] = []
+    source = "netlink sock_diag"
+    try:
+        if not ctx.live:
+            raise OSError("fake root: read its proc/net/tcp")
+        listeners = listeners_netlink(port)
+    except (OSError, ValueError, IndexError, AttributeError):
+        source = f"{proc}/net/tcp"
+        read_any = False
+        for name, family in (("tcp", 4), ("tcp6", 6)):
+            text = ctx.read_text(f"/proc/net/{name}", limit=64 << 20)
+            if text is None:
+                continue
+            read_any = True
+            listeners.extend(parse_net_tcp(text, port, family))
+        if not read_any:
+            return missing(ABSENT, f"cannot read {proc}/net/tcp", SOURCE, value={"port": port})
+    if listeners:
+        # The socket's uid says whose process holds it: look at that user's processes first
+        # (serving ones before the rest), instead of every file descriptor on the machine.
+        socket_uids = {item["uid"] for item in listeners}
+        serving_pids = [r["pid"] for r in serving]
+        others = [int(pid) for pid, row in index.items() if row[1] in socket_uids and int(pid) not in serving_pids]
+        owners = socket_owners(proc, {item["inode"] for item in listeners}, serving_pids + others)
+        for item in listeners:
+            item["pids"] = sorted(owners.get(item["inode"], []))
+    return ok({"port": port, "listeners": listeners}, f"{source}, {proc}/PID/fd")
+
+
+# --- leftover shared memory -----------------------------------------------------------------------
+def shm_kind(name: str) -> Optional[str]:
+    for pattern, kind in SHM_PATTERNS:
+        if pattern.match(name):
+            return kind
+    return None
+
+
+def mapped_paths(proc: str, pid: int, paths: Set[str]) -> Optional[Set[str]]:
+    """Which of ``paths`` /proc/PID/maps shows mapped; None when maps cannot be read."""
+    found: Set[str] = set()
+    try:
+        with open(f"{proc}/{pid}/maps", "rb") as handle:
+            for line in handle:
+                if b"/" not in line:
+                    continue
+                path = line.split(None, 5)[-1].rstrip(b"\n").decode("utf-8", "replace")
+                if path in paths:
+                    found.add(path)
+    except OSError:
+        return None
+    return found
+
+
+def init_is_serving(proc: str) -> bool:
+    st = read_stat(proc, 1)
+    return st is not None and classify(st.comm, read_argv(proc, 1) or []) is not None
+
+
+def shm_users(proc: str, paths: Set[str], pids: Iterable[int]) -> Tuple[Dict[str, List[int]], Set[int]]:
+    """path -> PIDs that map it, and the PIDs whose maps could not be read.
+
+    PID 1 whose maps cannot be read does not count as "unreadable" unless it is a serving
+    process: init (or a container's entrypoint) does not map these segments, and sandboxes
+    hide its maps even from root.
+    """
+    users: Dict[str, List[int]] = {}
+    unreadable: Set[int] = set()
+    for pid in pids:
+        found = mapped_paths(proc, pid, paths)
+        if found is None:
+            if os.path.exists(f"{proc}/{pid}") and (pid != 1 or init_is_serving(proc)):
+                unreadable.add(pid)  # (a process that exited meanwhile maps nothing)
+            continue
+        for path in found:
+            users.setdefault(path, []).append(pid)
+    return users, unreadable
+
+
+def _shm(ctx, proc: str, index: Dict[str, List[Any]]) -> Fact:
+    directory = ctx.path("/dev/shm")
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return missing(ABSENT, f"no {directory}", "/dev/shm")
+    except OSError as exc:
+        status = NO_PERMISSION if isinstance(exc, PermissionError) else ERROR
+        return missing(status, f"{directory}: {exc.strerror or exc}", "/dev/shm")
+    files: List[Dict[str, Any]] = []
+    for name in names:
+        kind = shm_kind(name)
+        if kind is None:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue  # removed meanwhile
+        if not stat_module.S_ISREG(info.st_mode):
+            continue
+        files.append({"name": name, "path": path, "kind": kind, "size": info.st_size, "uid": info.st_uid,
+                      "mtime": round(info.st_mtime, 2), "dev": info.st_dev, "inode": info.st_ino, "in_use_by": []})
+    unreadable_uids: List[int] = []
+    unreadable_pids: List[int] = []
+    if files:
+        # Only processes of the files' owners can map them (the files are 0600 by default).
+        owners = {item["uid"] for item in files}
+        pids = [int(pid) for pid, row in index.items() if row[1] in owners and row[2] not in ("Z", "X")]
+        users, unreadable = shm_users(proc, {item["path"] for item in files}, pids)
+        for item in files:
+            item["in_use_by"] = sorted(users.get(item["path"], []))
+        unreadable_uids = sorted({index[str(pid)][1] for pid in unreadable if str(pid) in index})
+        unreadable_pids = sorted(unreadable)
+    names_by_uid = _user_names({item["uid"] for item in files})
+    for item in files:
+        item["user"] = names_by_uid.get(str(item["uid"]), str(item["uid"]))
+    return ok({"dir": directory, "files": sorted(files, key=lambda f: f["name"]), "maps_unreadable_uids": unreadable_uids,
+               "maps_unreadable_pids": unreadable_pids[:50]}, "/dev/shm, /proc/PID/maps")
