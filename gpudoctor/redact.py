@@ -1,36 +1,297 @@
-"""The one redaction pass every output goes through (terminal, JSON, Markdown, files).
+"""The one redaction pass every output goes through (terminal, JSON, Markdown, files, bundles).
 
-Secrets are scrubbed by pattern wherever they appear: in an environment value, a
-command line, a URL, a log excerpt. The environment itself is already collected through
-an allowlist (probes.host.relevant_env); this is the second line of defence.
+Two layers protect what gpudoctor writes:
+
+1. Collection: the environment is read through an allowlist of relevant prefixes, and
+   secret-looking names are dropped even when the prefix matches
+   (``probes.host.relevant_env``). A secret that was never collected cannot leak.
+2. Output, this module: every string that leaves gpudoctor is scrubbed by pattern,
+   wherever it appears -- an environment value, a process command line, a URL, a
+   pasted error, a log excerpt: Hugging Face / OpenAI / GitHub / Slack / AWS / Google /
+   NGC keys, JWTs, bearer tokens and Authorization headers, passwords in URLs and in
+   ``curl -u``, ``NAME=value`` / ``"name": "value"`` / ``--flag value`` where the name
+   looks secret, and private key blocks.
+
+``anonymize`` additionally replaces identities with a stable short hash (the first 8
+hex digits of a SHA-256): the hostname and user name (from the snapshot's
+``host.hostname`` / ``host.user``), home directories (``/home/NAME``, ``/Users/NAME``),
+GPU and MIG UUIDs, and serial numbers. The same input always gives the same hash, so two
+anonymized snapshots still compare, and a CUDA_VISIBLE_DEVICES UUID still matches its GPU.
+
+Every pattern is safe on JSON text (it never consumes a quote or a backslash that
+belongs to the JSON syntax) and idempotent: redacting twice gives the same text.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Tuple
 
 MASK = "***"
 
-_PATTERNS = (
-    # Hugging Face, OpenAI-style, GitHub, Slack and AWS access keys.
-    (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), "hf_" + MASK),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}\b"), "sk-" + MASK),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"), "gh_" + MASK),
-    (re.compile(r"\bxox[baprs]-[A-Za-z0-9-]{10,}\b"), "xox-" + MASK),
-    (re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), "AKIA" + MASK),
-    # Bearer tokens and passwords inside URLs.
-    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + MASK),
-    (re.compile(r"(://[^/\s:@]+):[^@\s/]+@"), r"\1:" + MASK + "@"),
-    # key=value / "key": "value" where the key looks secret.
+# A name that holds a secret: the keyword must end the name or be followed by "_"/"-"
+# and more name, so HF_TOKEN, AWS_SECRET_ACCESS_KEY, x-api-key and db_password match but
+# max_tokens, --max-num-batched-tokens, tokenizer and TOKENIZERS_PARALLELISM do not.
+_KEYWORD = r"(?:token|secret|passw(?:or)?d|passphrase|api[_-]?key|access[_-]?key|private[_-]?key|credentials?|client[_-]?secret)"
+# Bounded repeats keep every pattern linear on huge single-line input.
+_NAME = r"[A-Za-z0-9_.-]{0,64}?" + _KEYWORD + r"(?:[_-][A-Za-z0-9_-]{0,64})?(?![A-Za-z0-9])"
+SECRET_NAME = re.compile(r"^" + _NAME + r"$", re.I)
+
+_NOT_NAME_BEFORE = r"(?<![A-Za-z0-9_.-])"
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a key or variable name whose value must never be shown (HF_TOKEN, api_key …)."""
+    return bool(SECRET_NAME.match(name or ""))
+
+
+def _private_key(match: "re.Match[str]") -> str:
+    # Keep the line count (real and JSON-escaped newlines) so log line numbers stay right.
+    text = match.group(0)
+    return "[private key " + MASK + "]" + "\n" * text.count("\n") + "\\n" * text.count("\\n")
+
+
+def _name_value(match: "re.Match[str]") -> str:
+    if match.group("jsep") is not None:
+        return match.group("name") + match.group("jsep") + MASK
+    return match.group("name") + match.group("sep") + (match.group("q") or match.group("open") or "") + MASK
+
+
+def _authorization(match: "re.Match[str]") -> str:
+    scheme = match.group("scheme")
+    return match.group("head") + (scheme + " " if scheme else "") + MASK
+
+
+_SECRETS: Tuple[Tuple["re.Pattern[str]", Any], ...] = (
+    # Private keys: a whole block, then a dangling header whose end was cut off.
     (
-        re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY)[A-Z0-9_]*)(\"?\s*[:=]\s*\"?)([^\s\"',]+)"),
-        r"\1\2" + MASK,
+        re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----.*?-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----", re.S),
+        _private_key,
     ),
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S), "[private key " + MASK + "]"),
+    (
+        re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----(?:[A-Za-z0-9+/=:,\s-]|\\[nr])*"),
+        _private_key,
+    ),
+    # The end of a key block whose beginning was cut off (a log excerpt that starts inside it).
+    (
+        re.compile(r"\A\s*(?:[A-Za-z0-9+/=]{16,}[ \t]*\n)+-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"),
+        _private_key,
+    ),
+    # Authorization headers (any scheme), then bare bearer tokens.
+    (
+        re.compile(
+            r"(?i)(?P<head>\bauthorization\\?[\"']?\s*[:=]\s*\\?[\"']?\s*)"
+            r"(?!(?:bearer|basic|token|digest|negotiate|apikey)\s+\*\*\*|\*\*\*)"
+            r"(?:(?P<scheme>bearer|basic|token|digest|negotiate|apikey)\s+)?[^\s\"'\\,]+"
+        ),
+        _authorization,
+    ),
+    (re.compile(r"(?i)\b(bearer)\s+(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + MASK),
+    # Credentials inside URLs (scheme://user:password@host) and curl -u user:password.
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@\"'\\]+):(?!\*\*\*@)[^@\s/\"'\\]+@"), r"\1:" + MASK + "@"),
+    (re.compile(r"((?:^|\s)(?:-u|--user)[ =]\\?[\"']?[^\s:\"'\\]+):(?!\*\*\*)[^\s\"'\\]+"), r"\1:" + MASK),
+    # Secrets in URL query strings (?token=…, &api_key=…, X-Amz-Signature=…).
+    (
+        re.compile(
+            r"(?i)([?&;][A-Za-z0-9_.-]*?(?:token|key|secret|sig|signature|passw(?:or)?d|auth|credential)[A-Za-z0-9_.-]*=)"
+            r"(?!\*\*\*)[^&\s\"'\\#]+"
+        ),
+        r"\1" + MASK,
+    ),
+    # Well-known key formats.
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), "hf_" + MASK),
+    (re.compile(r"\bapi_org_[A-Za-z0-9]{20,}"), "api_org_" + MASK),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "sk-" + MASK),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), "github_pat_" + MASK),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), "gh_" + MASK),
+    (re.compile(r"\bxox[abprse]-[A-Za-z0-9-]{10,}"), "xox-" + MASK),
+    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b"), "AKIA" + MASK),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), "AIza" + MASK),
+    (re.compile(r"\bnvapi-[A-Za-z0-9_-]{20,}"), "nvapi-" + MASK),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), "[jwt " + MASK + "]"),
+    # "name": "value" (JSON, Python reprs), name="quoted value", name=value, name: value.
+    (
+        re.compile(
+            _NOT_NAME_BEFORE + r"(?P<name>" + _NAME + r")(?:"
+            r"(?P<jsep>\\?[\"']\s*:\s*\\?[\"'])(?!\*\*\*)(?:[^\"'\\]|\\[^\"'])+"
+            r"|(?P<sep>\s*[:=]\s*)(?:"
+            r"(?P<q>\\?[\"'])(?!\*\*\*)[^\"'\\\n]+(?=(?P=q))"  # a closed quote: all of it
+            r"|(?P<open>\\?[\"'])(?!\*\*\*)[^\s\"'\\]+"  # a quote that never closes: up to the space
+            r"|(?![\"'\\]|\*\*\*)[^\s\"'\\,;]+))",  # bare
+            re.I,
+        ),
+        _name_value,
+    ),
+    # Command-line flags: --api-key VALUE, --hf-token=VALUE, -password VALUE.
+    (
+        re.compile(r"(?i)(?<![A-Za-z0-9_-])(--?" + _NAME + r")([ =])(?!-|\*\*\*)(\\?[\"']?)[^\s\"'\\]+"),
+        r"\1\2\3" + MASK,
+    ),
+)
+
+# A pattern only runs when one of its literals occurs in the lowercased text (most texts
+# hold none of them; this keeps a large JSON document cheap). One entry per _SECRETS entry.
+_KEYWORDS = ("token", "secret", "passw", "passphrase", "api_", "api-", "apikey", "access_", "access-", "accesskey",
+             "private_", "private-", "privatekey", "credential")
+_HINTS: Tuple[Tuple[str, ...], ...] = (
+    ("private key",), ("private key",), ("private key",),
+    ("authorization",), ("bearer",), ("://",), ("-u",), ("=",),
+    ("hf_",), ("api_org_",), ("sk-",), ("github_pat_",), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), ("xox",),
+    ("akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa"), ("aiza",), ("nvapi-",), ("eyj",),
+    _KEYWORDS, _KEYWORDS,
+)
+assert len(_HINTS) == len(_SECRETS)
+
+# --- anonymization ---------------------------------------------------------------------
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_DEVICE_UUID = re.compile(r"\b(GPU|MIG)-(" + _UUID + r")\b")
+_HOME = re.compile(r"(/home/|/Users/)(?!user-[0-9a-f]{8}(?![A-Za-z0-9_.-]))([A-Za-z0-9_.][A-Za-z0-9_.@+-]*)")
+_SERIAL = re.compile(r"(?i)(serial[ _-]?number\s*:\s*|<serial>\s*|\"serial(?:_number)?\"\s*:\s*\")(?!sn-[0-9a-f]{8}\b)([A-Za-z0-9-]{4,})")
+
+# Names that identify nobody and would clobber ordinary words if hashed everywhere.
+GENERIC_NAMES = frozenset(
+    "root user users admin administrator ubuntu debian centos fedora ec2-user nobody guest "
+    "localhost docker node host server gpu default runner vagrant jovyan app worker".split()
 )
 
 
-def redact(text: str) -> str:
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
+def short_hash(kind: str, value: str) -> str:
+    """Stable 8-hex-digit tag for an identity: the same value always gives the same tag."""
+    return hashlib.sha256(f"gpudoctor:{kind}:{value}".encode("utf-8", "replace")).hexdigest()[:8]
+
+
+def _hashed_uuid(value: str) -> str:
+    # "anon-" keeps it from looking like a UUID again (idempotent) and says what happened.
+    return "anon-" + short_hash("uuid", value.lower())
+
+
+@dataclass(frozen=True)
+class Identities:
+    """Words that identify this machine or person (hashed by --anonymize wherever they appear)."""
+
+    hostnames: Tuple[str, ...] = ()
+    users: Tuple[str, ...] = ()
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Any, extra_hostnames: Iterable[str] = (), extra_users: Iterable[str] = ()) -> "Identities":
+        hostnames = list(extra_hostnames)
+        users = list(extra_users)
+        value = getattr(snapshot, "value", None)
+        if callable(value):
+            hostnames.append(value("host.hostname") or "")
+            users.append(value("host.user") or "")
+        return cls(_usable(hostnames, split_dots=True), _usable(users))
+
+
+def _usable(names: Iterable[Any], split_dots: bool = False) -> Tuple[str, ...]:
+    out = []
+    for name in names:
+        if not isinstance(name, str):
+            continue
+        name = name.strip()
+        candidates = [name]
+        if split_dots and "." in name:
+            candidates.append(name.split(".", 1)[0])  # host.example.com -> host too
+        for candidate in candidates:
+            if len(candidate) >= 3 and candidate.lower() not in GENERIC_NAMES and candidate not in out:
+                out.append(candidate)
+    return tuple(sorted(out, key=len, reverse=True))  # longest first: the FQDN before its short name
+
+
+def _identity_pattern(word: str, ignore_case: bool) -> "re.Pattern[str]":
+    return re.compile(r"(?<![A-Za-z0-9_-])" + re.escape(word) + r"(?![A-Za-z0-9_-])", re.I if ignore_case else 0)
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """The redaction policy of one run; call it on every string that leaves gpudoctor."""
+
+    secrets: bool = True
+    anonymize: bool = False
+    identities: Identities = field(default_factory=Identities)
+
+    def __call__(self, text: str) -> str:
+        return redact(text, secrets=self.secrets, anonymize=self.anonymize, identities=self.identities)
+
+    def data(self, obj: Any, strings: bool = True) -> Any:
+        """Redact a JSON-like structure: secret-named keys lose their values, every string is scrubbed.
+
+        ``strings=False`` only masks by name: for a structure that is serialized and then goes
+        through this redactor as text anyway (cheaper on a snapshot with thousands of processes).
+        """
+        return redact_data(obj, self, strings)
+
+
+DEFAULT = Redactor()
+
+
+def redact(text: str, *, secrets: bool = True, anonymize: bool = False, identities: Optional[Identities] = None) -> str:
+    """Scrub secrets (unless ``secrets=False``) and, with ``anonymize``, hash identities."""
+    if not isinstance(text, str):
+        text = str(text)
+    if secrets and len(text) >= 8:  # nothing shorter can hold a secret these patterns know
+        lowered = text.lower()
+        for (pattern, replacement), hints in zip(_SECRETS, _HINTS):
+            if any(hint in lowered for hint in hints):
+                scrubbed = pattern.sub(replacement, text)
+                if scrubbed != text:
+                    text, lowered = scrubbed, scrubbed.lower()
+    if anonymize:
+        text = _anonymize(text, identities or Identities())
     return text
+
+
+def _anonymize(text: str, identities: Identities) -> str:
+    text = _DEVICE_UUID.sub(lambda m: f"{m.group(1)}-{_hashed_uuid(m.group(2))}", text)
+    text = _SERIAL.sub(lambda m: m.group(1) + "sn-" + short_hash("serial", m.group(2)), text)
+    text = _HOME.sub(lambda m: m.group(1) + "user-" + short_hash("user", m.group(2)), text)
+    for host in identities.hostnames:
+        tag = "host-" + short_hash("host", host.lower())
+        text = _identity_pattern(host, ignore_case=True).sub(tag, text)
+    for user in identities.users:
+        tag = "user-" + short_hash("user", user)
+        text = _identity_pattern(user, ignore_case=False).sub(tag, text)
+    return text
+
+
+def shown_value(path: str, value: Any) -> Any:
+    """A fact's value as it may be shown next to its path: masked when the name looks secret."""
+    name = str(path).rsplit(".", 1)[-1]
+    return MASK if is_secret_name(name) and value not in (None, "") else value
+
+
+def redact_data(obj: Any, redactor: Redactor = DEFAULT, strings: bool = True) -> Any:
+    """A copy of ``obj`` (dicts, lists, scalars) with secret-named values masked and strings redacted.
+
+    Secret-named keys lose their values, and so does an evidence-like ``{"path": "env.HF_TOKEN",
+    "value": …}`` pair, because once serialized the name and the value are no longer side by side.
+    """
+    if isinstance(obj, dict):
+        path = obj.get("path")
+        secret_path = redactor.secrets and isinstance(path, str) and is_secret_name(path.rsplit(".", 1)[-1])
+        out = {}
+        for key, value in obj.items():
+            new_key = redactor(key) if strings and isinstance(key, str) else key
+            secret = redactor.secrets and isinstance(key, str) and (is_secret_name(key) or (secret_path and key == "value"))
+            if secret and value not in (None, "", [], {}):
+                out[new_key] = MASK if not isinstance(value, (dict, list)) else redact_data(value, redactor, strings)
+            else:
+                out[new_key] = redact_data(value, redactor, strings)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [redact_data(item, redactor, strings) for item in obj]
+    if isinstance(obj, str) and strings:
+        return redactor(obj)
+    return obj
+
+
+def for_snapshot(snapshot: Any, anonymize: bool = False, secrets: bool = True, environ: Optional[Mapping[str, str]] = None) -> Redactor:
+    """The policy for output about ``snapshot``: its own hostname and user are the identities."""
+    if not anonymize:
+        return Redactor(secrets=secrets)
+    users = []
+    if environ:
+        users = [environ.get("USER", ""), environ.get("LOGNAME", "")]
+    return Redactor(secrets=secrets, anonymize=True, identities=Identities.from_snapshot(snapshot, extra_users=users))

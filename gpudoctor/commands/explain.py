@@ -1,22 +1,210 @@
-"""gpudoctor explain ID: a rule's documentation."""
+"""gpudoctor explain: a rule's documentation, or the cause and fix of a pasted error.
+
+``explain GD103`` / ``explain driver-too-old-for-torch`` prints the rule's docs;
+``explain SIG-no-kernel-image`` a signature's. Anything else is error text: an argument,
+``-`` (stdin) or ``--log FILE`` (the last 4 MiB are read). The text is matched against the
+signature database (rules/signatures.py), and the rules each recognised signature names run
+against this machine (a fresh probe, or ``--snapshot FILE``) to confirm the cause here.
+"""
 
 from __future__ import annotations
 
-from gpudoctor.commands.common import IO, UsageError
+import json
+import re
+
+from gpudoctor.commands.common import IO, UsageError, add_probe_options, load_snapshot, probe
 from gpudoctor.exitcodes import ExitCode
 
-HELP = "show a rule's documentation"
+HELP = "explain a rule, or the cause and fix of a pasted error (confirmed on this machine)"
+EPILOG = (
+    "Exit codes: 0 a rule or signature explained, or the text matched a known error signature; "
+    "1 the text matched no known signature; 2 usage error (no input, unreadable file, unknown rule ID)."
+)
+SCHEMA_VERSION = 1
+_LOOKS_LIKE_KEY = re.compile(r"(?i)^(GD\d+|SIG-[a-z0-9-]+|[a-z0-9]+(?:-[a-z0-9]+)+)$")
 
 
 def configure(parser) -> None:
-    parser.add_argument("rule", metavar="ID", help="rule ID or name, e.g. GD103 or driver-too-old-for-torch")
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "target",
+        nargs="?",
+        metavar="ID|TEXT|-",
+        help="a rule ID or name (GD103), a signature ID (SIG-no-kernel-image), error text in quotes, or - to read stdin",
+    )
+    parser.add_argument("--log", metavar="FILE", help="read the error text from a log file (its last 4 MiB)")
+    parser.add_argument("--snapshot", metavar="FILE", help="confirm against a saved snapshot instead of probing this machine")
+    parser.add_argument("--no-confirm", action="store_true", help="only recognise the error; do not check this machine")
+    parser.add_argument("--list", action="store_true", help="list the known error signatures")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs in the output")
+    add_probe_options(parser)
 
 
 def run(args, io: IO) -> int:
-    from gpudoctor import registry
+    from gpudoctor import explain, redact
 
-    meta = registry.find(args.rule)
-    if meta is None:
-        raise UsageError(f"no rule {args.rule!r} (see: gpudoctor rules)")
-    io.stdout.write(f"{meta.id} {meta.name} ({meta.severity}, area {meta.area})\n\n{meta.doc}\n")
+    if args.list:
+        return _list(args, io)
+    target = args.target
+    if target is not None and not target.strip():
+        raise UsageError("empty text: give a rule ID, the error text, - (stdin) or --log FILE")
+    if target is None and not args.log:
+        raise UsageError("give a rule ID, the error text, - (stdin) or --log FILE (see: gpudoctor explain --help)")
+    if target is not None and args.log:
+        raise UsageError("give either the error text (or -) or --log FILE, not both")
+    if target is not None and target != "-":
+        shown = _lookup(target, args, io)
+        if shown is not None:
+            return shown
+
+    text = _read(args, io)
+    matches = explain.match_text(text.text)
+    if not matches and target is not None and _LOOKS_LIKE_KEY.match(target.strip()):
+        raise UsageError(f"no rule or error signature {target.strip()!r} (see: gpudoctor rules, gpudoctor explain --list)")
+
+    snapshot, where = None, ""
+    if matches and not args.no_confirm:
+        if args.snapshot:
+            snapshot, where = load_snapshot(args.snapshot), f"the snapshot {args.snapshot}"
+        else:
+            snapshot, where = probe(args, io), "this machine (probed now)"
+    confirmations = [explain.confirm(m.signature, snapshot) for m in matches] if snapshot is not None else [None] * len(matches)
+    redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, environ=io.environ)
+    if args.format == "json":
+        doc = {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "gpudoctor.explain",
+            "input": {"source": text.source, "bytes": text.size, "truncated": text.truncated, "lines": len(text.lines)},
+            "confirmed_against": where or None,
+            "matches": [
+                dict(m.to_json(), signature=m.signature.to_json(), confirmation=c.to_json() if c else None)
+                for m, c in zip(matches, confirmations)
+            ],
+        }
+        io.stdout.write(redactor(json.dumps(redactor.data(doc, strings=False), indent=1, ensure_ascii=False)) + "\n")
+    else:
+        io.stdout.write(redactor(render_text(matches, confirmations, text, where, args.verbose)))
+    return ExitCode.OK if matches else ExitCode.FINDINGS
+
+
+def _lookup(target: str, args, io: IO):
+    """Rule docs or signature docs when ``target`` names one; None when it is error text."""
+    from gpudoctor import explain, registry
+
+    meta = registry.find(target)
+    if meta is not None:
+        io.stdout.write(f"{meta.id} {meta.name} ({meta.severity}, area {meta.area})\n\n{meta.doc}\n")
+        return ExitCode.OK
+    sig = explain.find_signature(target)
+    if sig is not None:
+        if args.format == "json":
+            io.stdout.write(json.dumps(sig.to_json(), indent=1, ensure_ascii=False) + "\n")
+        else:
+            io.stdout.write(signature_doc(sig))
+        return ExitCode.OK
+    return None
+
+
+def _read(args, io: IO):
+    from gpudoctor import explain
+
+    if args.log:
+        try:
+            return explain.read_file(args.log)
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.log}: {exc.strerror or exc}") from None
+    if args.target == "-":
+        stdin = getattr(io, "stdin", None)
+        if stdin is None:
+            import sys
+
+            stdin = sys.stdin
+        try:
+            return explain.read_stream(stdin)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read stdin: {exc}") from None
+    return explain.from_argument(args.target)
+
+
+def _list(args, io: IO) -> int:
+    from gpudoctor import explain
+
+    sigs = explain.load_signatures()
+    if args.format == "json":
+        io.stdout.write(json.dumps([sig.to_json() for sig in sigs], indent=1, ensure_ascii=False) + "\n")
+    else:
+        width = max(len(sig.id) for sig in sigs)
+        for sig in sigs:
+            io.stdout.write(f"{sig.id:<{width}}  {sig.title}\n")
     return ExitCode.OK
+
+
+def signature_doc(sig) -> str:
+    out = [f"{sig.id}: {sig.title}", "", "## Cause", sig.cause, "", "## Fix", sig.fix, ""]
+    out.extend(f"    {command}" for command in sig.commands)
+    out += ["", "## Recognised by"]
+    out.extend(f"- /{p.pattern}/" for p in sig.patterns)
+    out += ["", "## Confirmed on this machine by", ", ".join(sig.confirm_rules), "", "## References"]
+    out.extend(f"- {source}" for source in sig.sources)
+    return "\n".join(out) + "\n"
+
+
+_VERDICTS = {
+    "not_confirmed": (
+        "not confirmed on this machine: the checks that could run found nothing wrong here. If the error came "
+        "from another machine, container or Python environment, run gpudoctor there (or use --snapshot FILE)."
+    ),
+    "could_not_check": "could not check this cause on this machine (see above); the fix above is the usual remedy.",
+}
+
+
+def render_text(matches, confirmations, text, where: str, verbose: bool = False) -> str:
+    if not matches:
+        return (
+            f"No known error signature in {text.describe()} ({len(text.lines)} line{'s' * (len(text.lines) != 1)} read).\n"
+            "Known signatures: gpudoctor explain --list. To check this machine as a whole: gpudoctor check\n"
+        )
+    out = [f"{len(matches)} known error signature{'s' * (len(matches) != 1)} in {text.describe()}:", ""]
+    for number, (m, conf) in enumerate(zip(matches, confirmations), 1):
+        sig = m.signature
+        seen = f" (and {m.count - 1} more line{'s' * (m.count != 2)})" if m.count > 1 else ""
+        out.append(f"[{number}] {sig.id}: {sig.title}")
+        out.append(f"    line {m.line}{seen}: {m.text}")
+        if m.details:
+            out.append("    details: " + ", ".join(f"{k}={v}" for k, v in m.details.items()))
+        out.append(f"    cause: {sig.cause}")
+        out.append(f"    fix: {sig.fix}")
+        out.extend(f"      $ {command}" for command in sig.commands)
+        out.append(f"    sources: {', '.join(sig.sources)}")
+        if conf is None:
+            out.append("    On this machine: not checked (--no-confirm)")
+        else:
+            out.append(f"    On this machine, checked on {where}:")
+            out.extend(_confirmation_lines(conf, verbose))
+        out.append("")
+    return "\n".join(out)
+
+
+def _confirmation_lines(conf, verbose: bool):
+    lines = []
+    for check in conf.of_kind("confirmed"):
+        lines.append(f"      confirmed by {check.rule} {check.name}: {check.text}")
+    negatives = conf.of_kind("not_confirmed")
+    if len(negatives) <= 3 or verbose:
+        for check in negatives:
+            lines.append(f"      not confirmed here: {check.rule} {check.name}: {check.text}")
+    else:
+        ids = ", ".join(check.rule for check in negatives)
+        lines.append(f"      not confirmed here: {ids} (passed or not applicable; -v for each)")
+    for check in conf.of_kind("could_not_check"):
+        name = f" {check.name}" if check.name else ""
+        lines.append(f"      could not check: {check.rule.split(':')[0]}{name}: {check.text}")
+    if conf.facts:
+        lines.append("      facts: " + "; ".join(f"{path} = {value}" for path, value in conf.facts))
+    if conf.verdict == "confirmed":
+        ids = sorted({check.rule for check in conf.of_kind("confirmed")})
+        lines.append(f"    -> that is it: {', '.join(ids)} confirm{'s' * (len(ids) == 1)} this cause on this machine.")
+    else:
+        lines.append("    -> " + _VERDICTS[conf.verdict])
+    return lines

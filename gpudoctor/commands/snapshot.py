@@ -11,13 +11,14 @@ HELP = "save the facts of this machine as JSON"
 def configure(parser) -> None:
     add_probe_options(parser)
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE, readable by you only (default: stdout)")
+    parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs")
 
 
 def run(args, io: IO) -> int:
-    from gpudoctor.redact import redact
+    from gpudoctor.redact import for_snapshot
 
     snapshot = probe(args, io)
-    data = redact(snapshot.dumps())
+    data = for_snapshot(snapshot, anonymize=args.anonymize, environ=io.environ)(snapshot.dumps())
     if args.output:
         write_private(args.output, data)
         io.stderr.write(f"gpudoctor: snapshot written to {args.output} ({len(snapshot.facts)} facts)\n")

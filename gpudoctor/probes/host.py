@@ -1,4 +1,8 @@
-"""The host: OS, kernel, glibc, CPUs, RAM, container hints, /dev/shm, relevant environment."""
+"""The host: OS, kernel, glibc, CPUs, RAM, container hints, /dev/shm, relevant environment.
+
+``host.hostname`` and ``host.user`` are recorded so that ``--anonymize`` knows which words
+to hash (gpudoctor/redact.py); they are never judged by a rule.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIA
 def collect(ctx) -> Dict[str, Fact]:
     facts: Dict[str, Fact] = {}
     facts["host.os"] = _os_release(ctx)
+    facts["host.hostname"] = ok(platform.node(), "uname") if ctx.live else _file_line(ctx, "/proc/sys/kernel/hostname")
+    facts["host.user"] = _user(ctx)
     facts["host.kernel"] = ok(platform.release(), "uname") if ctx.live else _file_line(ctx, "/proc/sys/kernel/osrelease")
     facts["host.arch"] = ok(platform.machine(), "uname")
     facts["host.glibc"] = _glibc()
@@ -52,6 +58,18 @@ def _os_release(ctx) -> Fact:
         name = fields.get("PRETTY_NAME") or " ".join(filter(None, (fields.get("NAME"), fields.get("VERSION_ID"))))
         return ok(name or "unknown", path)
     return missing(ABSENT, "no /etc/os-release", "/etc/os-release")
+
+
+def _user(ctx) -> Fact:
+    """The user gpudoctor runs as (the account that owns the processes it can stop)."""
+    try:
+        import pwd
+
+        uid = os.geteuid()
+        return ok(pwd.getpwuid(uid).pw_name, "getpwuid", f"uid {uid}")
+    except (ImportError, KeyError, OSError, AttributeError):
+        name = ctx.environ.get("USER") or ctx.environ.get("LOGNAME")
+        return ok(name, "environ") if name else missing(ABSENT, "no passwd entry and no USER", "getpwuid")
 
 
 def _file_line(ctx, path: str) -> Fact:

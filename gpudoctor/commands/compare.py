@@ -1,0 +1,120 @@
+"""gpudoctor compare A B: what differs between two snapshots, the differences that matter first."""
+
+from __future__ import annotations
+
+import json
+
+from gpudoctor.commands.common import IO, UsageError
+from gpudoctor.exitcodes import ExitCode
+
+HELP = "show what differs between two snapshots (two machines), the differences that matter first"
+EPILOG = (
+    "A and B are files written by `gpudoctor snapshot` (or the JSON of `check --format json` / `report --format json`). "
+    "Differences that matter: driver, CUDA, torch, vLLM, flash-attn, GPU model and compute capability, "
+    "CUDA_VISIBLE_DEVICES and other CUDA/NCCL/VLLM/TORCH variables, Python. "
+    "Noise that is never counted: probe timings, free/used memory, the processes holding a GPU. "
+    "Exit codes: 0 no difference that matters (other differences may exist); "
+    "1 at least one difference that matters; 2 usage error (a file missing or not a snapshot)."
+)
+SCHEMA_VERSION = 1
+
+
+def configure(parser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument("a", metavar="A.json")
+    parser.add_argument("b", metavar="B.json")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--anonymize", action="store_true", help="also hash hostnames, user names, home paths and GPU UUIDs")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also list the differences set aside as noise")
+
+
+def load(path: str):
+    """A snapshot from a snapshot file, or from the "snapshot" member of a check/report JSON document."""
+    from gpudoctor.snapshot import Snapshot, SnapshotError
+
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(256 << 20)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not text (expected a gpudoctor snapshot)") from None
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"{path} is not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    if isinstance(data, dict) and "facts" not in data and isinstance(data.get("snapshot"), dict):
+        data = data["snapshot"]
+    try:
+        return Snapshot.from_json(data)
+    except SnapshotError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def run(args, io: IO) -> int:
+    from gpudoctor import compare
+    from gpudoctor.redact import Identities, Redactor
+
+    a, b = load(args.a), load(args.b)
+    result = compare.compare(a, b)
+    changes = compare.outcome_changes(a, b)
+    redactor = Redactor()
+    if args.anonymize:
+        ia, ib = Identities.from_snapshot(a), Identities.from_snapshot(b)
+        redactor = Redactor(anonymize=True, identities=Identities(ia.hostnames + ib.hostnames, ia.users + ib.users))
+    if args.format == "json":
+        doc = {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "gpudoctor.compare",
+            "a": {"file": args.a, "summary": compare.summary(a)},
+            "b": {"file": args.b, "summary": compare.summary(b)},
+            "same": not result.differences,
+            "matters": [d.to_json() for d in result.matters],
+            "other": [d.to_json() for d in result.other],
+            "noise": [d.to_json() for d in result.noise],
+            "equal_facts": result.same,
+            "rule_outcomes": [c.to_json() for c in changes],
+        }
+        io.stdout.write(redactor(json.dumps(redactor.data(doc, strings=False), indent=1, sort_keys=False, default=str, ensure_ascii=False)) + "\n")
+    else:
+        io.stdout.write(redactor(render_text(args, a, b, result, changes)))
+    return ExitCode.FINDINGS if result.matters else ExitCode.OK
+
+
+def render_text(args, a, b, result, changes) -> str:
+    from gpudoctor import compare
+
+    out = [
+        "gpudoctor compare",
+        f"  A: {args.a}  ({compare.summary(a)})",
+        f"  B: {args.b}  ({compare.summary(b)})",
+        "",
+    ]
+    groups = [("Differences that matter", result.matters), ("Other differences", result.other)]
+    if args.verbose:
+        groups.append(("Noise (not counted)", result.noise))
+    every = result.matters + result.other + (result.noise if args.verbose else [])
+    width = min(44, max((len(d.path) for d in every), default=10))
+    for title, diffs in groups:
+        if not diffs:
+            continue
+        out.append(f"{title} ({len(diffs)}):")
+        for d in diffs:
+            absent = "(unset)" if d.path.startswith("env.") else "(not collected)"
+            out.append(f"  {d.path:<{width}}  {d.a.display(absent=absent)}  ->  {d.b.display(absent=absent)}")
+        out.append("")
+    if changes:
+        out.append(f"Rule outcomes that differ ({len(changes)}):")
+        for c in changes:
+            out.append(f"  {c.rule} {c.name}: {c.a} -> {c.b}" + (f"  ({c.message})" if c.message else ""))
+        out.append("")
+    if result.noise and not args.verbose:
+        out.append(f"Set aside as noise: {len(result.noise)} (probe timings, free/used memory, GPU processes); -v lists them.")
+    if not result.differences:
+        verdict = "the two snapshots agree on every fact that is compared: exit 0"
+    elif result.matters:
+        verdict = f"{len(result.matters)} difference{'s' * (len(result.matters) != 1)} that matter: exit 1"
+    else:
+        verdict = f"{len(result.other)} minor difference{'s' * (len(result.other) != 1)}, none that matters: exit 0"
+    out.append(f"Result: {verdict}")
+    return "\n".join(out) + "\n"

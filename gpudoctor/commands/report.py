@@ -1,0 +1,96 @@
+"""gpudoctor report: one redacted, issue-ready Markdown file (or JSON, or a .tar.gz bundle)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from gpudoctor.commands.common import IO, UsageError, add_probe_options, load_snapshot, probe, write_private
+from gpudoctor.exitcodes import ExitCode
+
+HELP = "write a redacted support report to paste into a GitHub issue (Markdown, JSON or a .tar.gz bundle)"
+EPILOG = (
+    "Output: Markdown on stdout, or -o FILE (written readable by you only). --bundle writes a .tar.gz "
+    "(report.md, report.json, snapshot.json, the log excerpt, nvidia-smi -q) named after -o, or "
+    "gpudoctor-report-<time>.tar.gz. Redaction is on by default: secrets are scrubbed by pattern everywhere "
+    "(tokens, keys, passwords in URLs, Authorization headers, private keys) and the environment is an "
+    "allowlist; --anonymize also hashes hostname, user name, home paths and GPU UUIDs; --no-redact turns the "
+    "secret scrubbing off (the allowlist stays). "
+    "Exit codes: 0 report written, nothing blocking; 1 report written, it shows blocking findings; "
+    "2 usage error (unreadable --log or --snapshot, a file that cannot be written)."
+)
+
+
+def configure(parser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (0600) instead of stdout")
+    parser.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    parser.add_argument("--url", metavar="URL", help="also run the inference smoke check against this server")
+    parser.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the server's API key (for --url)")
+    parser.add_argument("--smoke-timeout", type=float, default=120.0, metavar="S", help="deadline of the smoke check (default 120 s)")
+    parser.add_argument("--log", metavar="FILE", help="include the end of this log, with recognised error signatures marked")
+    parser.add_argument("--log-lines", type=int, default=200, metavar="N", help="lines of the log to include (default 200)")
+    parser.add_argument("--bundle", action="store_true", help="also write a .tar.gz with the report, snapshot, log excerpt and nvidia-smi -q")
+    parser.add_argument("--no-redact", action="store_true", help="do not scrub secrets (the environment allowlist still applies)")
+    parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs")
+    parser.add_argument("--snapshot", metavar="FILE", help="report on a saved snapshot instead of probing this machine")
+    parser.add_argument("--fail-on", choices=("error", "warning"), default="error", help="lowest severity that counts as blocking (default: error)")
+    add_probe_options(parser)
+
+
+def run(args, io: IO) -> int:
+    from gpudoctor import redact, registry, report
+
+    if args.log_lines < 0:
+        raise UsageError("--log-lines must be 0 or more")
+    if args.smoke_timeout <= 0 or args.smoke_timeout != args.smoke_timeout:
+        raise UsageError("--smoke-timeout must be a positive number of seconds")
+    if args.log and (os.path.isdir(args.log) or not os.path.exists(args.log)):
+        raise UsageError(f"cannot read --log {args.log}: " + ("is a directory" if os.path.isdir(args.log) else "no such file"))
+    snapshot = load_snapshot(args.snapshot) if args.snapshot else probe(args, io)
+    source = f"snapshot {os.path.basename(args.snapshot)}" if args.snapshot else "this machine"
+    smoke = report.run_smoke(args.url, args.smoke_timeout, io.environ, args.api_key_env) if args.url else None
+    redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, secrets=not args.no_redact, environ=io.environ)
+    try:
+        rep = report.build(
+            snapshot, registry.load_rules(), args.fail_on, source, args.log, args.log_lines, smoke, scrub=redactor
+        )
+    except OSError as exc:
+        raise UsageError(f"cannot read --log {args.log}: {exc.strerror or exc}") from None
+
+    markdown = redactor(report.to_markdown(rep))
+    document = redactor(json.dumps(redactor.data(report.to_json(rep), strings=False), indent=1, sort_keys=True, default=str, ensure_ascii=False)) + "\n"
+    main = document if args.format == "json" else markdown
+    if args.no_redact:
+        io.stderr.write("gpudoctor: warning: --no-redact: the report may contain secrets; read it before you share it\n")
+
+    bundle_path = None
+    if args.bundle:
+        bundle_path = _bundle_path(args.output)
+        members = [("report.md", markdown), ("report.json", document), ("snapshot.json", redactor(snapshot.dumps()))]
+        if rep.log is not None:
+            members.append(("log-excerpt.txt", redactor(rep.log.excerpt_text())))
+        name, text = report.nvidia_smi_q(live=not args.snapshot)
+        members.append((name, redactor(text)))
+        try:
+            report.write_bundle(bundle_path, members)
+        except OSError as exc:
+            raise UsageError(f"cannot write {bundle_path}: {exc.strerror or exc}") from None
+        io.stderr.write(f"gpudoctor: bundle written to {bundle_path}\n")
+
+    if args.output and not (bundle_path and bundle_path == args.output):
+        write_private(args.output, main)
+        io.stderr.write(f"gpudoctor: report written to {args.output}\n")
+    elif not args.bundle:
+        io.stdout.write(main)
+    return ExitCode.FINDINGS if rep.blocking else ExitCode.OK
+
+
+def _bundle_path(output):
+    if output and output.endswith((".tar.gz", ".tgz")):
+        return output
+    if output:
+        stem = output[: -len(os.path.splitext(output)[1])] if os.path.splitext(output)[1] else output
+        return stem + ".tar.gz"
+    return time.strftime("gpudoctor-report-%Y%m%d-%H%M%S.tar.gz", time.gmtime())

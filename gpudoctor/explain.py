@@ -1,0 +1,598 @@
+"""Recognise pasted errors and log lines, and confirm their cause on this machine.
+
+The knowledge is data in rules/signatures.py (installed as ``gpudoctor_rules.signatures``);
+this module reads text safely (the tail of huge or binary logs, stdin), matches the
+signatures, and runs the rules each signature names to say whether the cause is present
+here: "confirmed by GD102: kernel module 580.159.04 vs library 580.173.02".
+"""
+
+from __future__ import annotations
+
+import bisect
+import fnmatch
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from gpudoctor.rule import AREAS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN, RuleMeta
+from gpudoctor.snapshot import Snapshot
+
+MAX_LOG_BYTES = 4 << 20  # read at most the last 4 MiB of a log
+MAX_LINE = 20000  # characters of one line that are searched (a minified blob is not a log line)
+_JOIN_LIMIT = 256 << 10  # pasted text below this is also tried with its lines joined (terminal wraps)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_SIG_ID = re.compile(r"^SIG-[a-z0-9]+(?:-[a-z0-9]+)*$")
+_CONFIRM_SPEC = re.compile(r"^GD(?P<prefix>\d{1,3})(?::(?P<filter>.+))?$")
+_KEYS = ("id", "title", "patterns", "cause", "fix", "commands", "sources", "confirm_rules", "facts")
+
+
+class SignatureError(ValueError):
+    """The signature database itself is broken (a bad regex, a duplicate id): a bug, caught by the tests."""
+
+
+# --- the database ------------------------------------------------------------------------
+@dataclass
+class Signature:
+    id: str
+    title: str
+    patterns: List["re.Pattern[str]"]
+    cause: str
+    fix: str
+    commands: List[str]
+    sources: List[str]
+    confirm_rules: List[str]
+    facts: List[str]
+    details: List["re.Pattern[str]"] = field(default_factory=list)
+    exclude: List["re.Pattern[str]"] = field(default_factory=list)
+    superseded_by: List[str] = field(default_factory=list)
+    needles: List[Optional[List[str]]] = field(default_factory=list)  # per pattern, see needles()
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "patterns": [p.pattern for p in self.patterns],
+            "cause": self.cause,
+            "fix": self.fix,
+            "commands": list(self.commands),
+            "sources": list(self.sources),
+            "confirm_rules": list(self.confirm_rules),
+        }
+
+
+_CACHE: Optional[List[Signature]] = None
+
+
+def load_signatures(data: Optional[Sequence[Dict[str, Any]]] = None) -> List[Signature]:
+    """Compile and validate the database (``data`` defaults to gpudoctor_rules.signatures)."""
+    global _CACHE
+    default = data is None
+    if default and _CACHE is not None:
+        return list(_CACHE)
+    if data is None:
+        from gpudoctor_rules.signatures import SIGNATURES
+
+        data = SIGNATURES
+    out: List[Signature] = []
+    seen = set()
+    for entry in data:
+        missing = [key for key in _KEYS if not entry.get(key)]
+        if missing:
+            raise SignatureError(f"signature {entry.get('id')!r} lacks {', '.join(missing)}")
+        sig_id = entry["id"]
+        if not _SIG_ID.match(sig_id) or sig_id in seen:
+            raise SignatureError(f"bad or duplicate signature id {sig_id!r}")
+        seen.add(sig_id)
+        for spec in entry["confirm_rules"]:
+            if not _CONFIRM_SPEC.match(spec):
+                raise SignatureError(f"{sig_id}: confirm_rules entry {spec!r} is not GDnnn, GDn or GDn:filter")
+        try:
+            out.append(
+                Signature(
+                    id=sig_id,
+                    title=entry["title"],
+                    patterns=[re.compile(p, re.I) for p in entry["patterns"]],
+                    cause=entry["cause"],
+                    fix=entry["fix"],
+                    commands=list(entry["commands"]),
+                    sources=list(entry["sources"]),
+                    confirm_rules=list(entry["confirm_rules"]),
+                    facts=list(entry["facts"]),
+                    details=[re.compile(p, re.I) for p in entry.get("details", ())],
+                    exclude=[re.compile(p, re.I) for p in entry.get("exclude", ())],
+                    superseded_by=list(entry.get("superseded_by", ())),
+                    needles=[needles(p) for p in entry["patterns"]],
+                )
+            )
+        except re.error as exc:
+            raise SignatureError(f"{sig_id}: bad regular expression: {exc}") from None
+    known = {sig.id for sig in out}
+    for sig in out:
+        unknown = [s for s in sig.superseded_by if s not in known]
+        if unknown:
+            raise SignatureError(f"{sig.id}: superseded_by names unknown {', '.join(unknown)}")
+    if default:
+        _CACHE = out
+    return list(out)
+
+
+def needles(pattern: str) -> Optional[List[str]]:
+    """Lowercase literals, one per top-level alternative, that a match of ``pattern`` contains.
+
+    Searching a 4 MiB log with every regex costs seconds; ``literal in text.lower()`` costs
+    milliseconds, so a pattern only runs where one of its literals occurs. None when some
+    alternative has no literal of 4+ characters (the pattern then always runs).
+    """
+    out = []
+    for part in _top_level_alternatives(pattern):
+        best = max(_literal_runs(part), key=len, default="")
+        if len(best) < 4:
+            return None
+        out.append(best.lower())
+    return out
+
+
+def _top_level_alternatives(pattern: str) -> List[str]:
+    parts, current, depth, in_class, i = [], "", 0, False, 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            current += pattern[i : i + 2]
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(current)
+            current, i = "", i + 1
+            continue
+        current += char
+        i += 1
+    return parts + [current]
+
+
+def _literal_runs(part: str) -> List[str]:
+    """Runs of literal characters that every match contains (groups and classes break runs)."""
+    runs, run, i, depth, in_class = [], "", 0, 0, False
+    while i < len(part):
+        char = part[i]
+        if char == "\\" and i + 1 < len(part):
+            escaped = part[i + 1]
+            i += 2
+            if depth or in_class:
+                continue
+            if escaped.isalnum():  # \s \d \b \w ...: a class, not a literal
+                runs.append(run)
+                run = ""
+            else:
+                run += escaped
+            continue
+        i += 1
+        if in_class:
+            in_class = char != "]"
+            continue
+        if depth:  # inside a group: it may be optional or alternated, nothing in it is required
+            depth += (char == "(") - (char == ")")
+            continue
+        if char in "?*{":  # the character before is optional or repeated: not required as it stands
+            runs.append(run[:-1])
+            run = ""
+            if char == "{":
+                while i < len(part) and part[i - 1] != "}":
+                    i += 1
+            continue
+        if char in "+.^$|)":
+            runs.append(run)
+            run = ""
+            continue
+        if char in "[(":
+            runs.append(run)
+            run = ""
+            in_class, depth = char == "[", int(char == "(")
+            continue
+        run += char
+    runs.append(run)
+    return runs
+
+
+def find_signature(key: str) -> Optional[Signature]:
+    for sig in load_signatures():
+        if sig.id.lower() == key.strip().lower():
+            return sig
+    return None
+
+
+# --- reading text ------------------------------------------------------------------------
+@dataclass
+class Text:
+    """Text to search: already cleaned (no ANSI colours, no NULs), with where it came from."""
+
+    text: str
+    source: str  # "argument", "stdin" or the file name
+    size: int  # bytes in the source (the file's size; for stdin, what was read)
+    truncated: bool = False  # only the tail was read
+    first_line: int = 1  # number of the first line kept in the source (unknown when truncated: 1)
+
+    @property
+    def lines(self) -> List[str]:
+        return self.text.splitlines()
+
+    def describe(self) -> str:
+        if self.source == "argument":
+            return "the text given"
+        where = self.source
+        if self.truncated:
+            return f"{where} (last {self.read_mib():.1f} MiB of {self.size / 1048576:.1f} MiB)"
+        return where
+
+    def read_mib(self) -> float:
+        return len(self.text.encode("utf-8", "replace")) / 1048576
+
+
+def clean(raw: str) -> str:
+    """Drop colours and control characters; normalise line ends. Binary garbage becomes spaces."""
+    text = _ANSI.sub("", raw.replace("\r\n", "\n"))
+    text = text.replace("\r", "\n")  # progress bars rewrite a line with \r
+    return _CONTROL.sub(" ", text)
+
+
+def _decode_tail(data: bytes, truncated: bool) -> str:
+    if truncated:
+        newline = data.find(b"\n")
+        if 0 <= newline < len(data) - 1:
+            data = data[newline + 1 :]  # drop the partial first line
+    return clean(data.decode("utf-8", "replace"))
+
+
+def read_file(path: str, max_bytes: int = MAX_LOG_BYTES) -> Text:
+    """The last ``max_bytes`` of a file, decoded leniently. Raises OSError (the caller words it).
+
+    A pipe (``--log <(journalctl -u vllm)``) or a device cannot seek: it is read through,
+    keeping the tail, like stdin.
+    """
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "is a directory", path)
+    with open(path, "rb") as handle:
+        try:
+            info = os.fstat(handle.fileno())
+            regular, size = stat.S_ISREG(info.st_mode), info.st_size
+        except OSError:
+            regular, size = False, 0
+        if not regular:
+            text = read_stream(handle, max_bytes)
+            text.source = path
+            return text
+        truncated = False
+        if size > max_bytes:
+            handle.seek(size - max_bytes)
+            truncated = True
+        data = handle.read(max_bytes + 1)
+        if len(data) > max_bytes:  # the file grew while we read it
+            data, truncated = data[-max_bytes:], True
+    return Text(_decode_tail(data, truncated), path, max(size, len(data)), truncated)
+
+
+def read_stream(stream: Any, max_bytes: int = MAX_LOG_BYTES) -> Text:
+    """All of a stream, keeping only the last ``max_bytes`` (stdin cannot seek)."""
+    buffer = getattr(stream, "buffer", stream)
+    kept = bytearray()
+    total = 0
+    while True:
+        chunk = buffer.read(1 << 20)
+        if not chunk:
+            break
+        if isinstance(chunk, str):
+            chunk = chunk.encode("utf-8", "replace")
+        total += len(chunk)
+        kept.extend(chunk)
+        if len(kept) > 2 * max_bytes:
+            del kept[: len(kept) - max_bytes]
+    truncated = total > max_bytes
+    data = bytes(kept[-max_bytes:]) if truncated else bytes(kept)
+    return Text(_decode_tail(data, truncated), "stdin", total, truncated)
+
+
+def from_argument(text: str) -> Text:
+    return Text(clean(text), "argument", len(text.encode("utf-8", "replace")))
+
+
+# --- matching ----------------------------------------------------------------------------
+@dataclass
+class Match:
+    signature: Signature
+    line: int  # 1-based, in the text searched
+    text: str  # the line (shortened)
+    details: Dict[str, str]
+    count: int  # lines where it matched
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"id": self.signature.id, "line": self.line, "text": self.text, "details": dict(self.details), "count": self.count}
+
+
+def _line_starts(text: str) -> List[int]:
+    starts = [0]
+    for found in re.finditer("\n", text):
+        starts.append(found.end())
+    return starts
+
+
+def _shorten(line: str, limit: int = 400) -> str:
+    line = line.strip()
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def match_text(text: str, signatures: Optional[Sequence[Signature]] = None) -> List[Match]:
+    """Every signature found in ``text``, in database order (generic ones dropped when a specific one matched)."""
+    signatures = list(signatures) if signatures is not None else load_signatures()
+    lines = text.split("\n")
+    searched = "\n".join(line[:MAX_LINE] for line in lines)
+    lowered = searched.lower()
+    starts = _line_starts(searched)
+    found: List[Match] = []
+    for sig in signatures:
+        hits: Dict[int, "re.Match[str]"] = {}
+        for pattern, literals in zip(sig.patterns, sig.needles or [None] * len(sig.patterns)):
+            if literals is not None and not any(literal in lowered for literal in literals):
+                continue
+            for m in pattern.finditer(searched):
+                index = bisect.bisect_right(starts, m.start()) - 1
+                if index in hits:
+                    continue
+                if any(x.search(lines[index][:MAX_LINE]) for x in sig.exclude):
+                    continue
+                hits[index] = m
+        if hits:
+            first = min(hits)
+            found.append(Match(sig, first + 1, _shorten(lines[first]), _details(sig, hits[first], text), len(hits)))
+            continue
+        wrapped = _match_wrapped(sig, lines, text) if len(text) <= _JOIN_LIMIT and "\n" in text.strip() else None
+        if wrapped:
+            found.append(wrapped)
+    ids = {m.signature.id for m in found}
+    return [m for m in found if not any(s in ids for s in m.signature.superseded_by)]
+
+
+def _match_wrapped(sig: Signature, lines: List[str], text: str) -> Optional[Match]:
+    """A pasted error hard-wrapped by a terminal: try the lines joined (with and without a space)."""
+    for glue in (" ", ""):
+        parts, offsets, position = [], [], 0
+        for line in lines:
+            piece = line.strip() if glue == " " else line.rstrip("\n")
+            offsets.append(position)
+            parts.append(piece)
+            position += len(piece) + len(glue)
+        joined = glue.join(parts)
+        for pattern in sig.patterns:
+            m = pattern.search(joined)
+            if m is None:
+                continue
+            index = bisect.bisect_right(offsets, m.start()) - 1
+            window = joined[max(0, m.start() - 200) : m.end() + 200]
+            if any(x.search(window) for x in sig.exclude):
+                continue
+            return Match(sig, index + 1, _shorten(m.group(0)), _details(sig, m, text), 1)
+    return None
+
+
+def _details(sig: Signature, m: "re.Match[str]", text: str) -> Dict[str, str]:
+    details = {k: v.strip() for k, v in m.groupdict().items() if v}
+    for pattern in sig.details:
+        extra = pattern.search(text[-_JOIN_LIMIT:]) if len(text) > _JOIN_LIMIT else pattern.search(text)
+        if extra:
+            for key, value in extra.groupdict().items():
+                if value and key not in details:
+                    details[key] = value.strip()
+    return details
+
+
+def scan_lines(lines: Sequence[str], signatures: Optional[Sequence[Signature]] = None) -> Dict[int, List[str]]:
+    """For the report's log excerpt: 0-based line index -> ids of the signatures seen on it."""
+    signatures = list(signatures) if signatures is not None else load_signatures()
+    marks: Dict[int, List[str]] = {}
+    for index, line in enumerate(lines):
+        line = line[:MAX_LINE]
+        for sig in signatures:
+            if any(p.search(line) for p in sig.patterns) and not any(x.search(line) for x in sig.exclude):
+                marks.setdefault(index, []).append(sig.id)
+    for index, ids in list(marks.items()):
+        specific = [i for i in ids if not any(s in ids for s in _by_id(signatures, i).superseded_by)]
+        marks[index] = specific
+    return marks
+
+
+def _by_id(signatures: Sequence[Signature], sig_id: str) -> Signature:
+    return next(sig for sig in signatures if sig.id == sig_id)
+
+
+# --- confirming on this machine ----------------------------------------------------------
+CONFIRMED = "confirmed"
+NOT_CONFIRMED = "not_confirmed"
+COULD_NOT_CHECK = "could_not_check"
+
+
+@dataclass
+class Check:
+    kind: str  # confirmed | not_confirmed | could_not_check
+    rule: str  # a rule ID, or the spec that named no rule ("GD6", "GD602")
+    name: str
+    text: str
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "rule": self.rule, "name": self.name, "text": self.text}
+
+
+@dataclass
+class Confirmation:
+    verdict: str
+    checks: List[Check]
+    facts: List[Tuple[str, str]]
+
+    def of_kind(self, kind: str) -> List[Check]:
+        return [check for check in self.checks if check.kind == kind]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "checks": [check.to_json() for check in self.checks],
+            "facts": {path: value for path, value in self.facts},
+        }
+
+
+def area_title(digit: str) -> str:
+    try:
+        return AREAS[int(digit)][1]
+    except (ValueError, IndexError):
+        return "unknown area"
+
+
+def resolve_confirm_rules(specs: Iterable[str], catalogue: Sequence[RuleMeta]) -> Tuple[List[RuleMeta], List[Check]]:
+    """The rules a signature names (IDs, prefixes, prefixes with a name filter), and what names none."""
+    chosen: List[RuleMeta] = []
+    missing: List[Check] = []
+    for spec in specs:
+        m = _CONFIRM_SPEC.match(spec)
+        if not m:
+            missing.append(Check(COULD_NOT_CHECK, spec, "", f"{spec} is not a rule ID or prefix"))
+            continue
+        prefix = "GD" + m.group("prefix")
+        try:
+            wanted = re.compile(m.group("filter"), re.I) if m.group("filter") else None
+        except re.error:
+            wanted = None
+        if len(prefix) == 5:
+            rules = [meta for meta in catalogue if meta.id == prefix]
+            if not rules:
+                missing.append(Check(COULD_NOT_CHECK, prefix, "", f"{prefix} is not in this gpudoctor's rule catalogue (yet)"))
+        else:
+            rules = [
+                meta
+                for meta in catalogue
+                if meta.id.startswith(prefix) and (wanted is None or wanted.search(f"{meta.name} {meta.title}"))
+            ]
+            if not rules:
+                area = area_title(m.group("prefix")[0])
+                scope = f"{prefix}{'x' * (5 - len(prefix))}" + (f" matching {m.group('filter')}" if wanted else "")
+                missing.append(Check(COULD_NOT_CHECK, spec, "", f"no {area} rule ({scope}) in this gpudoctor checks this yet"))
+        for meta in rules:
+            if meta not in chosen:
+                chosen.append(meta)
+    return chosen, missing
+
+
+def confirm(signature: Signature, snapshot: Snapshot, catalogue: Optional[Sequence[RuleMeta]] = None) -> Confirmation:
+    """Run the rules ``signature`` names on ``snapshot`` and say what they show."""
+    from gpudoctor.engine import run_rules
+
+    if catalogue is None:
+        from gpudoctor import registry
+
+        catalogue = registry.load_rules()
+    rules, checks = resolve_confirm_rules(signature.confirm_rules, catalogue)
+    result = run_rules(snapshot, rules)
+    ordered: List[Check] = []
+    for outcome in result.outcomes:
+        meta = outcome.rule
+        if outcome.status == FAIL:
+            for finding in outcome.findings:
+                subject = f" [{finding.subject}]" if finding.subject else ""
+                ordered.append(Check(CONFIRMED, meta.id, meta.name, f"{finding.message}{subject}"))
+        elif outcome.status == PASS:
+            ordered.append(Check(NOT_CONFIRMED, meta.id, meta.name, "passed"))
+        elif outcome.status == NOT_APPLICABLE:
+            ordered.append(Check(NOT_CONFIRMED, meta.id, meta.name, f"not applicable ({outcome.reason})"))
+        elif outcome.status == UNKNOWN:
+            ordered.append(Check(COULD_NOT_CHECK, meta.id, meta.name, outcome.reason))
+    ordered.extend(checks)
+    order = {CONFIRMED: 0, NOT_CONFIRMED: 1, COULD_NOT_CHECK: 2}
+    ordered.sort(key=lambda check: order[check.kind])
+    kinds = {check.kind for check in ordered}
+    verdict = CONFIRMED if CONFIRMED in kinds else NOT_CONFIRMED if NOT_CONFIRMED in kinds else COULD_NOT_CHECK
+    return Confirmation(verdict, ordered, relevant_facts(signature, snapshot))
+
+
+def relevant_facts(signature: Signature, snapshot: Snapshot, limit: int = 12) -> List[Tuple[str, str]]:
+    """The snapshot's facts a signature lists (``*`` = one path segment, a trailing ``.*`` = a prefix)."""
+    out: List[Tuple[str, str]] = []
+    for pattern in signature.facts:
+        for path in sorted(snapshot.facts, key=natural_key):
+            if len(out) >= limit:
+                return out
+            if _fact_matches(pattern, path) and path not in dict(out):
+                out.append((path, describe_fact(snapshot, path)))
+        if pattern.startswith("env.") and "*" not in pattern:
+            env = snapshot.value("env")
+            if isinstance(env, dict) and pattern[4:] in env and len(out) < limit:
+                out.append((pattern, str(env[pattern[4:]])))
+    return out
+
+
+def _fact_matches(pattern: str, path: str) -> bool:
+    if pattern.endswith(".*") and "*" not in pattern[:-2]:
+        return path.startswith(pattern[:-1])
+    parts, want = path.split("."), pattern.split(".")
+    return len(parts) == len(want) and all(fnmatch.fnmatchcase(p, w) for p, w in zip(parts, want))
+
+
+def describe_fact(snapshot: Snapshot, path: str, limit: int = 160) -> str:
+    fact = snapshot.get(path)
+    if fact.ok:
+        value = fact.value
+        text = value if isinstance(value, str) else summary(value)
+    else:
+        text = fact.status + (f" ({fact.detail})" if fact.detail else "")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def compact(value: Any) -> str:
+    import json
+
+    try:
+        return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def summary(value: Any, depth: int = 0) -> str:
+    """A fact value in a few words, whatever its shape: "13.0.88 (/usr/local/cuda)", "a; b", "k: v"."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    if isinstance(value, list):
+        if not value:
+            return "none"
+        if all(not isinstance(item, (dict, list)) for item in value):
+            return " ".join(str(item) for item in value)
+        shown = "; ".join(summary(item, depth + 1) for item in value[:4])
+        return shown + (f"; … {len(value) - 4} more" if len(value) > 4 else "")
+    if isinstance(value, dict):
+        version = next((value[k] for k in ("full", "nvcc_full", "version", "nvcc_version") if value.get(k)), None)
+        where = next((value[k] for k in ("path", "library", "url") if value.get(k)), None)
+        name = next((value[k] for k in ("name", "kind", "dist") if value.get(k)), None)
+        if version or (where and depth > 0):
+            parts = [str(p) for p in (name, version) if p]
+            return " ".join(parts) + (f" ({where})" if where else "")
+        if value and all(isinstance(v, dict) for v in value.values()):  # {name: {version: …}, …}
+            shown = "; ".join(summary(v, depth + 1) for v in list(value.values())[:6])
+            return shown + (f"; … {len(value) - 6} more" if len(value) > 6 else "")
+        if depth > 0:
+            return compact(value)
+        items = [f"{k}: {summary(v, depth + 1)}" for k, v in value.items() if not isinstance(v, dict)]
+        return "; ".join(items) if items else compact(value)
+    return str(value)
+
+
+def natural_key(path: str) -> Tuple[Any, ...]:
+    """gpu.2.name before gpu.10.name."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.split("."))

@@ -1,0 +1,687 @@
+"""The support report: one issue-ready Markdown file (or one JSON document, or a .tar.gz bundle).
+
+Top: the verdict and the blocking findings with their fixes. Then the versions (driver,
+CUDA, toolkit, torch, vLLM and where it came from, flash-attn variants), a GPU table, the
+processes, the smoke check (``--url``), the end of a log with recognised error signatures
+marked (``--log``), the environment, every rule's outcome, and the whole snapshot as JSON
+inside ``<details>``.
+
+Facts that other probes add over time are read by prefix (``cuda.``, ``vllm.``,
+``flash_attn.``, ``processes.``, ``server.``) rather than by exact shape, so the report
+picks them up as they appear and says "not collected" while they do not.
+
+Everything here builds text and data from the snapshot; the caller passes the result
+through the one redaction pass (gpudoctor/redact.py) before it leaves the process.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from gpudoctor import __version__
+from gpudoctor.engine import Result
+from gpudoctor.explain import Confirmation, Match, Text, describe_fact, natural_key, summary
+from gpudoctor.redact import shown_value
+from gpudoctor.rule import AREAS, FAIL, SEVERITY_RANK, Finding
+from gpudoctor.snapshot import Fact, Snapshot, gib, mib
+
+SCHEMA_VERSION = 1
+LOG_LINES = 200  # lines of the log shown in the report
+LINE_LIMIT = 500  # characters of one log line shown
+CELL_LIMIT = 160  # characters of one table cell
+ROW_LIMIT = 40  # rows of one process table
+
+# Sections fed by other probes' facts read them by prefix (cuda., vllm., flash_attn.,
+# processes., server.), whatever their shape; and the stack's distributions as the
+# Python-environment probe lists them (packages.stack).
+VLLM_DISTS = ("vllm",)
+FLASH_ATTN_DISTS = ("flash-attn", "flash-attn-3", "flash-attn-4")
+OTHER_DISTS = ("flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "xformers", "triton", "transformers",
+               "torchvision", "torchaudio")
+
+
+# --- the pieces ---------------------------------------------------------------------------
+@dataclass
+class LogExcerpt:
+    path: str
+    text: Text  # what was read (the tail of the file)
+    lines: List[str]  # the last LOG_LINES of it
+    first_number: int  # line number (within what was read) of lines[0]
+    marks: Dict[int, List[str]]  # index in ``lines`` -> signature ids seen on that line
+    matches: List[Match]  # signatures anywhere in what was read
+    confirmations: List[Optional[Confirmation]]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "path": self.path,
+            "bytes": self.text.size,
+            "truncated": self.text.truncated,
+            "lines_read": len(self.text.lines),
+            "excerpt": [
+                {"line": self.first_number + i, "text": _clip(line, LINE_LIMIT), "signatures": self.marks.get(i, [])}
+                for i, line in enumerate(self.lines)
+            ],
+            "signatures": [
+                dict(m.to_json(), title=m.signature.title, cause=m.signature.cause, fix=m.signature.fix,
+                     commands=list(m.signature.commands), confirmation=c.to_json() if c else None)
+                for m, c in zip(self.matches, self.confirmations)
+            ],
+        }
+
+    def excerpt_text(self) -> str:
+        return "\n".join(self.lines) + ("\n" if self.lines else "")
+
+
+@dataclass
+class Smoke:
+    requested: bool
+    url: Optional[str] = None
+    status: str = "not_requested"  # not_requested | ok | unavailable | error
+    note: str = ""
+    facts: Dict[str, Fact] = field(default_factory=dict)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "requested": self.requested,
+            "url": self.url,
+            "status": self.status,
+            "note": self.note,
+            "facts": {path: fact.to_json() for path, fact in sorted(self.facts.items())},
+        }
+
+
+@dataclass
+class Report:
+    result: Result
+    fail_on: str
+    source: str  # "this machine" or "snapshot FILE"
+    generated: str
+    log: Optional[LogExcerpt] = None
+    smoke: Smoke = field(default_factory=lambda: Smoke(False))
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.result.snapshot
+
+    @property
+    def blocking(self) -> List[Finding]:
+        return self.result.blocking(self.fail_on)
+
+
+def build(
+    snapshot: Snapshot,
+    rules: Sequence[Any],
+    fail_on: str = "error",
+    source: str = "this machine",
+    log_path: Optional[str] = None,
+    log_lines: int = LOG_LINES,
+    smoke: Optional[Smoke] = None,
+    confirm: bool = True,
+    scrub: Optional[Callable[[str], str]] = None,
+) -> Report:
+    """Run the rules (after adding the smoke facts to ``snapshot``) and gather what the report shows."""
+    from gpudoctor.engine import run_rules
+
+    smoke = smoke or Smoke(False)
+    if smoke.facts:
+        snapshot.update(smoke.facts)
+    result = run_rules(snapshot, rules)
+    log = read_log(log_path, snapshot, log_lines, confirm, scrub) if log_path else None
+    return Report(result, fail_on, source, time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), log, smoke)
+
+
+def read_log(
+    path: str, snapshot: Snapshot, lines: int = LOG_LINES, confirm: bool = True, scrub: Optional[Callable[[str], str]] = None
+) -> LogExcerpt:
+    """The tail of a log, its recognised signatures (confirmed on ``snapshot``). Raises OSError.
+
+    ``scrub`` (the run's redaction pass) is applied to the excerpt as one text before it is
+    cut into lines: a private key block spans lines, and each line alone would not look like one.
+    """
+    from gpudoctor import explain
+
+    text = explain.read_file(path)
+    all_lines = text.lines
+    shown = all_lines[-lines:] if lines > 0 else []
+    if scrub is not None and shown:
+        scrubbed = scrub("\n".join(shown)).split("\n")
+        # The redaction keeps line counts (a key block becomes a mask and empty lines); if a
+        # pattern ever joined two lines, fall back to one line at a time.
+        shown = scrubbed if len(scrubbed) == len(shown) else [scrub(line) for line in shown]
+    first = len(all_lines) - len(shown) + 1
+    matches = explain.match_text(text.text)
+    confirmations = [explain.confirm(m.signature, snapshot) if confirm else None for m in matches]
+    return LogExcerpt(path, text, shown, first, explain.scan_lines(shown), matches, confirmations)
+
+
+# --- smoke -------------------------------------------------------------------------------
+def run_smoke(url: str, timeout: float, environ: Mapping[str, str], api_key_env: Optional[str] = None) -> Smoke:
+    """The smoke probe (gpudoctor.smoke) against ``url``; "unavailable" when this gpudoctor has none."""
+    import importlib
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("gpudoctor.smoke.probe")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return Smoke(True, url, "unavailable", "smoke check unavailable: this gpudoctor has no smoke probe")
+    try:
+        module = importlib.import_module("gpudoctor.smoke.probe")
+        entry, options = getattr(module, "run", None), getattr(module, "Options", None)
+        if not callable(entry) or options is None:
+            return Smoke(True, url, "unavailable", "smoke check unavailable: gpudoctor.smoke.probe has no run(Options)")
+        wanted = {"url": url, "timeout": timeout}
+        if api_key_env:
+            wanted.update(api_key=environ.get(api_key_env), api_key_env=api_key_env)
+        fields = getattr(options, "__dataclass_fields__", {})
+        facts = entry(options(**{k: v for k, v in wanted.items() if k in fields}))
+    except Exception as exc:  # the report must be written even when the smoke check breaks
+        return Smoke(True, url, "error", f"smoke check failed: {type(exc).__name__}: {exc}")
+    if not isinstance(facts, dict):
+        return Smoke(True, url, "error", f"smoke check returned {type(facts).__name__}, not facts")
+    clean = {str(k): v for k, v in facts.items() if isinstance(v, Fact)}
+    return Smoke(True, url, "ok", "", clean)
+
+
+# --- Markdown helpers --------------------------------------------------------------------
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def fence(content: str, info: str = "") -> List[str]:
+    """A fenced code block that its content cannot close (longer fence than any backtick run)."""
+    longest, run = 0, 0
+    for char in content:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    ticks = "`" * max(3, longest + 1)
+    return [ticks + info, content.rstrip("\n"), ticks]
+
+
+def code(text: Any) -> str:
+    """An inline code span for a table cell: pipes escaped, newlines flattened, backticks fenced."""
+    text = str(text).replace("\n", " ").replace("\r", " ")
+    if not text.strip():
+        return "—"
+    longest, run = 0, 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}".replace("|", "\\|")
+
+
+def plain(text: Any) -> str:
+    """Text for a table cell or a heading: no pipes, no newlines, no HTML."""
+    return (
+        str(text).replace("\n", " ").replace("|", "/").replace("<", "&lt;").replace(">", "&gt;").strip() or "—"
+    )
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    for row in rows:
+        cells = list(row) + ["—"] * (len(header) - len(row))
+        out.append("| " + " | ".join(cells[: len(header)]) + " |")
+    return out
+
+
+def _value(snapshot: Snapshot, path: str) -> str:
+    return describe_fact(snapshot, path, CELL_LIMIT)
+
+
+# --- sections ----------------------------------------------------------------------------
+def version_rows(snapshot: Snapshot) -> List[Dict[str, str]]:
+    """{component, value, fact} rows. Groups fed by other probes list what they find, or "not collected"."""
+    rows: List[Dict[str, str]] = []
+
+    def add(component: str, path: str, value: Optional[str] = None) -> None:
+        rows.append({"component": component, "value": value if value is not None else _value(snapshot, path), "fact": path})
+
+    add("NVIDIA driver", "driver.version")
+    add("CUDA supported by the driver", "driver.cuda_max")
+    kernel = snapshot.get("driver.kernel_module_version")
+    kind = snapshot.value("driver.kernel_module_type")
+    add("Kernel module", "driver.kernel_module_version", f"{kernel.value} ({kind})" if kernel.ok and kind else None)
+    _group(snapshot, "CUDA toolkit", "cuda.", (), rows)
+    torch = snapshot.get("torch.version")
+    cuda = snapshot.value("torch.cuda")
+    add("torch", "torch.version", f"{torch.value} (CUDA {cuda})" if torch.ok and cuda else None)
+    arch = snapshot.get("torch.arch_list")
+    if "torch.arch_list" in snapshot.facts:
+        add("", "torch.arch_list", _clip(summary(arch.value), CELL_LIMIT) if arch.ok else None)
+    _group(snapshot, "vLLM", "vllm.", VLLM_DISTS, rows)
+    _group(snapshot, "flash-attn variants", "flash_attn.", FLASH_ATTN_DISTS, rows)
+    stack = snapshot.value("packages.stack")
+    if isinstance(stack, dict):
+        others = [name for name in OTHER_DISTS if isinstance(stack.get(name), dict)]
+        for position, name in enumerate(others):
+            rows.append({"component": "other stack packages" if position == 0 else "",
+                         "value": f"{name} {_dist_summary(stack[name])}", "fact": f"packages.stack.{name}"})
+    python = snapshot.get("python.version")
+    exe = snapshot.value("python.executable")
+    add("Python", "python.version", f"{python.value} ({exe})" if python.ok and exe else None)
+    add("OS", "host.os")
+    add("Linux kernel", "host.kernel")
+    add("glibc", "host.glibc")
+    container = snapshot.get("host.container")
+    add("Container", "host.container", "none detected" if container.ok and not container.value else None)
+    return rows
+
+
+def _group(snapshot: Snapshot, title: str, prefix: str, dists: Sequence[str], rows: List[Dict[str, str]]) -> None:
+    """Rows for one component: its distributions in packages.stack, then every fact under ``prefix``."""
+    found: List[Tuple[str, str]] = []
+    stack = snapshot.get("packages.stack")
+    editable = snapshot.value("packages.editable")
+    editable = editable if isinstance(editable, dict) else {}
+    if stack.ok and isinstance(stack.value, dict):
+        for name in dists:
+            entry = stack.value.get(name)
+            if isinstance(entry, dict):
+                text = f"{name} {_dist_summary(entry)}"
+                module = name.replace("-", "_")
+                if module in editable:
+                    text += f", editable from {editable[module]}"
+                found.append((f"packages.stack.{name}", text))
+    # "<prefix>version" first: the row that carries the group's name should be the version.
+    paths = sorted((p for p in snapshot.facts if p.startswith(prefix)), key=lambda p: (p != prefix + "version", natural_key(p)))
+    for path in paths:
+        fact = snapshot.get(path)
+        found.append((path, _clip(summary(fact.value), CELL_LIMIT) if fact.ok else _value(snapshot, path)))
+    if not found:
+        if dists and stack.ok:
+            found.append(("packages.stack", "not installed"))
+        elif dists and "packages.stack" in snapshot.facts:
+            found.append(("packages.stack", _value(snapshot, "packages.stack")))
+        else:
+            found.append((prefix + "*", "not collected"))
+    for position, (path, value) in enumerate(found):
+        rows.append({"component": title if position == 0 else "", "value": value, "fact": path})
+
+
+def _dist_summary(entry: Dict[str, Any]) -> str:
+    text = str(entry.get("version", "?"))
+    if entry.get("missing_count"):
+        text += f", {entry['missing_count']} files from its RECORD missing"
+    if entry.get("error"):
+        text += f", {entry['error']}"
+    return text
+
+
+def gpu_rows(snapshot: Snapshot) -> List[Dict[str, Any]]:
+    rows = []
+    for i in snapshot.gpu_indices():
+        v = lambda key, default=None: snapshot.value(f"gpu.{i}.{key}", default)  # noqa: E731
+        pcie = "?"
+        if v("pcie_gen_current") is not None:
+            pcie = f"Gen{v('pcie_gen_current')}/{v('pcie_gen_max', '?')} x{v('pcie_width_current', '?')}/{v('pcie_width_max', '?')}"
+        rows.append(
+            {
+                "index": i,
+                "name": v("name", "?"),
+                "compute_capability": v("compute_capability", "?"),
+                "memory_total": gib(v("memory_total")),
+                "memory_used": mib(v("memory_used")),
+                "uuid": v("uuid", "?"),
+                "pci_bus_id": v("pci_bus_id", "?"),
+                "pcie": pcie,
+                "persistence_mode": _onoff(v("persistence_mode")),
+                "mig_mode": _onoff(v("mig_mode")),
+                "ecc_mode": _onoff(v("ecc_mode")),
+            }
+        )
+    return rows
+
+
+def _onoff(value: Any) -> str:
+    return "on" if value is True else "off" if value is False else "?"
+
+
+_PREFERRED = ("gpu", "pid", "ppid", "user", "uid", "state", "role", "stack", "comm", "title", "name", "kind",
+              "port", "address", "family", "size", "used_memory", "in_use_by", "cmdline")
+_BULK = 4000  # a dict fact bigger than this (as JSON) is summarised, not listed
+
+
+def process_sections(snapshot: Snapshot) -> List[Tuple[str, List[str], List[List[str]], List[str]]]:
+    """(title, header, rows, notes) for the GPU processes and every ``processes.*`` fact."""
+    sections = []
+    gpu_procs = []
+    for i in snapshot.gpu_indices():
+        for proc in snapshot.value(f"gpu.{i}.processes") or []:
+            if isinstance(proc, dict):
+                gpu_procs.append(dict(proc, gpu=i))
+    if gpu_procs:
+        header, rows = _dict_table(gpu_procs)
+        sections.append(("Processes on the GPUs (NVML)", header, rows, []))
+    elif snapshot.gpu_indices():
+        sections.append(("Processes on the GPUs (NVML)", [], [], ["none"]))
+    for path, fact in snapshot.with_prefix("processes."):
+        title = path
+        if not fact.ok:
+            sections.append((title, [], [], [f"{fact.status}" + (f" ({fact.detail})" if fact.detail else "")]))
+            continue
+        value = fact.value
+        notes: List[str] = [fact.detail] if fact.detail else []
+        if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+            header, rows = _dict_table(value)
+            sections.append((title, header, rows, notes))
+        elif isinstance(value, list):
+            sections.append((title, [], [], notes + [f"{len(value)} entries" if value else "none"]))
+        elif isinstance(value, dict):
+            lists = {k: v for k, v in value.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)}
+            scalars = {k: v for k, v in value.items() if k not in lists}
+            encoded = _compact(scalars)
+            if len(encoded) > _BULK or len(scalars) > 12:  # a table keyed by PID or UID: leave it to the JSON
+                notes.append(f"{len(value)} entries (in the snapshot JSON below)")
+            elif scalars:
+                notes.append(", ".join(f"{k}: {_compact(v) if not isinstance(v, str) else v}" for k, v in scalars.items()))
+            if lists:
+                for key, items in lists.items():
+                    header, rows = _dict_table(items)
+                    sections.append((f"{title}.{key}", header, rows, notes))
+                    notes = []
+            else:
+                sections.append((title, [], [], notes))
+        else:
+            sections.append((title, [], [], notes + [str(value)]))
+    return sections
+
+
+def _dict_table(items: Sequence[Dict[str, Any]]) -> Tuple[List[str], List[List[str]]]:
+    keys: List[str] = []
+    for item in items:
+        for key in item:
+            if key not in keys:
+                keys.append(key)
+    ordered = [k for k in _PREFERRED if k in keys] + [k for k in keys if k not in _PREFERRED]
+    header = ordered[:8]
+    rows = []
+    for item in items[:ROW_LIMIT]:
+        rows.append([_cell_value(item.get(k), 200 if k == "cmdline" else 80) for k in header])
+    if len(items) > ROW_LIMIT:
+        rows.append([f"… {len(items) - ROW_LIMIT} more"] + [""] * (len(header) - 1))
+    return header, rows
+
+
+def _cell_value(value: Any, limit: int) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list) and all(isinstance(x, str) for x in value):
+        text = " ".join(value)
+    else:
+        text = value if isinstance(value, str) else _compact(value)
+    return _clip(text, limit)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+
+
+def env_lines(snapshot: Snapshot) -> List[str]:
+    env = snapshot.value("env")
+    if not isinstance(env, dict):
+        return []
+    return [f"{name}={value}" for name, value in sorted(env.items())]
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'s' * (count != 1)}"
+
+
+def verdict_line(report: Report) -> str:
+    counts = report.result.counts()
+    blocking = report.blocking
+    rest = f"{_n(counts['error'], 'error')}, {_n(counts['warning'], 'warning')}, {counts['pass']} passed, {counts['unknown']} unknown"
+    if blocking:
+        return f"**Blocking: {len(blocking)} finding{'s' * (len(blocking) != 1)} at or above {report.fail_on}** ({rest})."
+    return f"**Nothing blocking** ({rest})."
+
+
+# --- Markdown ----------------------------------------------------------------------------
+def to_markdown(report: Report) -> str:
+    snap = report.snapshot
+    from gpudoctor.render.headlines import context
+
+    out: List[str] = [
+        "## gpudoctor report",
+        "",
+        f"_gpudoctor {__version__} · {plain(report.source)} · {report.generated} · {plain(context(snap))}_",
+        "",
+        "### Verdict",
+        "",
+        verdict_line(report),
+        "",
+    ]
+    if report.log and report.log.matches:
+        out.append("Recognised in the log: " + "; ".join(_signature_summary(m, c) for m, c in zip(report.log.matches, report.log.confirmations)) + ".")
+        out.append("")
+    for finding in report.blocking:
+        out.extend(_finding_md(finding))
+
+    out += ["### Versions", ""]
+    out += table(["component", "version", "fact"], [[plain(r["component"]) if r["component"] else "", code(r["value"]), code(r["fact"])] for r in version_rows(snap)])
+    out.append("")
+
+    out += ["### GPUs", ""]
+    gpus = gpu_rows(snap)
+    if gpus:
+        header = ["#", "name", "cc", "memory", "used", "UUID", "PCIe", "persistence", "MIG", "ECC"]
+        rows = [
+            [str(g["index"]), code(g["name"]), code(g["compute_capability"]), g["memory_total"], g["memory_used"],
+             code(g["uuid"]), code(g["pcie"]), g["persistence_mode"], g["mig_mode"], g["ecc_mode"]]
+            for g in gpus
+        ]
+        out += table(header, rows)
+    else:
+        out.append(f"No GPU was read: `gpu.count` is {code(_value(snap, 'gpu.count'))}.")
+    out.append("")
+
+    out += ["### Processes", ""]
+    sections = process_sections(snap)
+    if not sections:
+        out += ["Not collected.", ""]
+    for title, header, rows, notes in sections:
+        out.append(f"**{plain(title)}**" + (": " + plain("; ".join(notes)) if notes else ""))
+        out.append("")
+        if header:
+            out += table([plain(h) for h in header], [[code(cell) for cell in row] for row in rows])
+            out.append("")
+
+    out += ["### Smoke check", ""]
+    out += _smoke_md(report.smoke, snap)
+
+    if report.log is not None:
+        out += _log_md(report.log)
+
+    others = [f for f in report.result.findings if f not in report.blocking]
+    if others:
+        out += ["### Other findings", ""]
+        for finding in others:
+            out.extend(_finding_md(finding))
+
+    out += ["### Environment", "", "Relevant variables only (an allowlist; secret-looking names are never collected).", ""]
+    lines = env_lines(snap)
+    out += fence("\n".join(lines) if lines else "(none collected)", "text")
+    out.append("")
+
+    outcomes = report.result.outcomes
+    out += [f"<details><summary>All rule outcomes ({len(outcomes)})</summary>", ""]
+    out += table(
+        ["rule", "name", "outcome", "note"],
+        [[o.rule.id, code(o.rule.name), _outcome_word(o), plain(_clip(o.reason or "; ".join(f.message for f in o.findings), 200))]
+         for o in outcomes],
+    )
+    out += ["", "</details>", ""]
+
+    out += [f"<details><summary>Full snapshot (JSON, {len(snap.facts)} facts)</summary>", ""]
+    out += fence(snap.dumps(), "json")
+    out += ["", "</details>", ""]
+    return "\n".join(out)
+
+
+def _outcome_word(outcome) -> str:
+    if outcome.status == FAIL:
+        return max((f.severity for f in outcome.findings), key=SEVERITY_RANK.__getitem__)
+    return outcome.status.replace("_", " ")
+
+
+def _finding_md(finding: Finding) -> List[str]:
+    subject = f" ({plain(finding.subject)})" if finding.subject else ""
+    out = [f"#### {finding.severity.upper()} {finding.rule_id} {finding.name}{subject}", "", plain_paragraph(finding.message), ""]
+    for item in finding.evidence:
+        shown = shown_value(item.path, item.value)
+        value = shown if isinstance(shown, str) else _compact(shown)
+        out.append(f"- {code(item.path)} = {code(_clip(value, 300))}")
+    if finding.evidence:
+        out.append("")
+    if finding.fix:
+        out += [f"**Fix:** {plain_paragraph(finding.fix.summary)}", ""]
+        if finding.fix.commands:
+            out += fence("\n".join(finding.fix.commands), "sh")
+            out.append("")
+    out += [f"More: `gpudoctor explain {finding.rule_id}`", ""]
+    return out
+
+
+def plain_paragraph(text: str) -> str:
+    """A paragraph of our own prose: HTML-escaped so a value in it cannot open a tag."""
+    return str(text).replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _signature_summary(m: Match, conf: Optional[Confirmation]) -> str:
+    text = f"**{m.signature.id}** (line {m.line})"
+    if conf is None:
+        return text
+    if conf.verdict == "confirmed":
+        ids = sorted({c.rule for c in conf.of_kind("confirmed")})
+        return text + f", confirmed here by {', '.join(ids)}"
+    return text + (", not confirmed on this machine" if conf.verdict == "not_confirmed" else ", could not be checked here")
+
+
+def _smoke_md(smoke: Smoke, snap: Snapshot) -> List[str]:
+    if not smoke.requested:
+        return ["Not run (`gpudoctor report --url URL` runs it against a server).", ""]
+    if smoke.status != "ok":
+        return [plain_paragraph(smoke.note or smoke.status), ""]
+    paths = sorted((p for p in snap.facts if p.startswith(("server.", "smoke."))), key=natural_key)
+    rows = []
+    for p in paths:
+        fact = snap.get(p)
+        shown = _value(snap, p) if fact.ok else (fact.detail or "")
+        rows.append([code(p), code(fact.status), code(shown)])
+    out = [f"Against {code(smoke.url)}:", ""]
+    out += table(["fact", "status", "value"], rows) if rows else ["(no server facts)"]
+    return out + [""]
+
+
+def _log_md(log: LogExcerpt) -> List[str]:
+    name = os.path.basename(log.path) or log.path
+    if name.isdigit():  # /dev/fd/63 from --log <(journalctl …)
+        name = log.path
+    read = _n(len(log.text.lines), "line") + " read"
+    if log.text.truncated:
+        read += f", the last {log.text.read_mib():.1f} MiB of {log.text.size / 1048576:.1f} MiB"
+    shown = "The last line" if len(log.lines) == 1 else f"The last {len(log.lines)} lines"
+    out = [f"### Log: {plain(name)}", "", f"{shown} ({read}); lines marked `>>` match a known error signature.", ""]
+    for m, conf in zip(log.matches, log.confirmations):
+        sig = m.signature
+        out.append(f"- **{sig.id}**: {plain_paragraph(sig.title)} (line {m.line}" + (f", {m.count} lines" if m.count > 1 else "") + ")")
+        out.append(f"  - cause: {plain_paragraph(sig.cause)}")
+        out.append(f"  - fix: {plain_paragraph(sig.fix)} (`gpudoctor explain {sig.id}`)")
+        if conf is not None:
+            for check in conf.of_kind("confirmed"):
+                out.append(f"  - confirmed by {check.rule} {check.name}: {plain_paragraph(check.text)}")
+            if conf.verdict != "confirmed":
+                word = "not confirmed on this machine" if conf.verdict == "not_confirmed" else "could not be checked on this machine"
+                out.append(f"  - {word}")
+    if log.matches:
+        out.append("")
+    width = len(str(log.first_number + max(len(log.lines) - 1, 0)))
+    numbered = []
+    for i, line in enumerate(log.lines):
+        mark = ">>" if i in log.marks else "  "
+        tail = f"   <- {', '.join(log.marks[i])}" if i in log.marks else ""
+        numbered.append(f"{mark} {log.first_number + i:>{width}}  {_clip(line, LINE_LIMIT)}{tail}")
+    out += fence("\n".join(numbered) if numbered else "(empty)", "text")
+    return out + [""]
+
+
+# --- JSON --------------------------------------------------------------------------------
+def to_json(report: Report) -> Dict[str, Any]:
+    snap = report.snapshot
+    result = report.result
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "gpudoctor.report",
+        "tool": {"name": "gpudoctor", "version": __version__},
+        "generated": report.generated,
+        "source": report.source,
+        "verdict": {
+            "blocking": bool(report.blocking),
+            "fail_on": report.fail_on,
+            "summary": result.counts(),
+            "text": verdict_line(report).replace("**", ""),
+        },
+        "blocking_findings": [f.to_json() for f in report.blocking],
+        "findings": [f.to_json() for f in result.findings],
+        "versions": version_rows(snap),
+        "gpus": gpu_rows(snap),
+        "processes": {
+            "gpu": [dict(p, gpu=i) for i in snap.gpu_indices() for p in (snap.value(f"gpu.{i}.processes") or []) if isinstance(p, dict)],
+            "facts": {path: fact.to_json() for path, fact in snap.with_prefix("processes.")},
+        },
+        "smoke": report.smoke.to_json(),
+        "log": report.log.to_json() if report.log else None,
+        "env": snap.value("env") if isinstance(snap.value("env"), dict) else {},
+        "outcomes": [o.to_json() for o in result.outcomes],
+        "areas": [title for key, title in AREAS if any(o.rule.area == key for o in result.outcomes)],
+        "snapshot": snap.to_json(),
+    }
+
+
+# --- the bundle --------------------------------------------------------------------------
+def nvidia_smi_q(live: bool) -> Tuple[str, str]:
+    """(file name, text) of ``nvidia-smi -q`` for the bundle, or a note saying why there is none."""
+    if not live:
+        return "nvidia-smi-q.txt", "nvidia-smi -q was not run: this report was made from a snapshot, not on the machine.\n"
+    from gpudoctor import runner
+
+    done = runner.run(["nvidia-smi", "-q"], timeout=30.0)
+    if done.status == "ok":
+        return "nvidia-smi-q.txt", done.stdout
+    note = f"nvidia-smi -q could not be run: {done.detail or done.status}\n"
+    if done.stdout or done.stderr:
+        note += "\n" + (done.stdout + done.stderr)[-20000:]
+    return "nvidia-smi-q.txt", note
+
+
+def write_bundle(path: str, members: Sequence[Tuple[str, str]], top: str = "gpudoctor-report") -> None:
+    """A .tar.gz only its owner can read; members are 0600, owned by uid 0 with no user names."""
+    buffer = io.BytesIO()
+    now = int(time.time())
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text in members:
+            data = text.encode("utf-8", "replace")
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mode, info.mtime = len(data), 0o600, now
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            fd = -1
+            handle.write(buffer.getvalue())
+    finally:
+        if fd >= 0:
+            os.close(fd)

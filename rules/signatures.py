@@ -1,0 +1,505 @@
+"""Error signatures: the text users paste, what it means, how to fix it (``gpudoctor explain``).
+
+This module is data. Each entry of ``SIGNATURES`` is a plain dict:
+
+- ``id``: stable, ``SIG-<words>``; never reused.
+- ``title``: one line.
+- ``patterns``: regular expressions (searched case-insensitively, line by line; a pasted
+  error that the terminal wrapped is also tried with its lines joined). Named groups
+  (``(?P<symbol>…)``) become details shown next to the match.
+- ``details`` (optional): more regexes searched in the whole text for named groups only
+  (the "NVML library version: 570.124" line that follows the mismatch line).
+- ``exclude`` (optional): a line that matches one of these is not this signature
+  (near misses: ``Failed to import from vllm._C`` because a *library is missing* is not
+  the undefined-symbol case).
+- ``superseded_by`` (optional): drop this (generic) match when one of these ids matched.
+- ``cause``, ``fix`` (text) and ``commands`` (copy-pasteable).
+- ``sources``: where the text and the fix come from (issue numbers quoted in
+  research/anchors.md §4 and facts.md §7, and the issues the test texts come from).
+- ``confirm_rules``: which rules, run on this machine, confirm the cause. Each entry is
+  a rule ID (``GD102``), an ID prefix, usually an area (``GD2`` = CUDA & kernels), or a
+  prefix with a filter on the rule's name and title (``GD4:torch|abi``: the flash-attn
+  rules about torch or the ABI). IDs that this gpudoctor does not have yet are fine:
+  they are reported as "could not check".
+- ``facts``: fact paths (``*`` matches one path segment) shown as context on this machine.
+
+The matching and the confirmation live in gpudoctor/explain.py.
+"""
+
+from __future__ import annotations
+
+SIGNATURES = (
+    {
+        "id": "SIG-no-kernel-image",
+        "title": "CUDA has no kernel for this GPU (no kernel image is available)",
+        "patterns": [
+            r"no kernel image is available for execution on the device",
+            r"cudaErrorNoKernelImageForDevice",
+            r"CUDA_ERROR_NO_BINARY_FOR_GPU",
+            r"(?P<gpu>[A-Z][^\n]{0,80}?) with CUDA capability (?P<sm>sm_\d+[af]?) is not compatible with the current PyTorch installation",
+        ],
+        "cause": (
+            "A binary on the path (torch, vLLM's _C, a flash-attn or other extension wheel) carries neither "
+            "SASS for this GPU's architecture nor PTX it can JIT: an old build on a new GPU (RTX 50xx / "
+            "sm_120 with a cu124-era wheel) or a new build on a GPU below its minimum (cu13 torch starts at sm_75)."
+        ),
+        "fix": (
+            "Install builds whose architecture list includes the GPU (Blackwell needs CUDA >= 12.8 builds), or "
+            "rebuild the extension for it with TORCH_CUDA_ARCH_LIST set to the GPU's compute capability."
+        ),
+        "commands": [
+            "nvidia-smi --query-gpu=name,compute_cap --format=csv",
+            "python3 -c 'import torch; print(torch.cuda.get_arch_list())'",
+            "python3 -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu128",
+        ],
+        "sources": [
+            "vllm-project/vllm#19906", "vllm-project/vllm#14452", "vllm-project/vllm#16307",
+            "vllm-project/vllm#4604", "vllm-project/vllm#11485", "gpustack/gpustack#2097", "pytorch/pytorch#31285",
+        ],
+        "confirm_rules": ["GD201", "GD502", "GD4:arch|kernel|capab|sass|ptx"],
+        "facts": ["gpu.*.name", "gpu.*.compute_capability", "torch.version", "torch.cuda", "env.TORCH_CUDA_ARCH_LIST"],
+    },
+    {
+        "id": "SIG-flash-attn-undefined-symbol",
+        "title": "flash-attn's compiled extension does not match the installed torch (undefined symbol)",
+        "patterns": [
+            r"flash_attn[^\s:'\"]*\.(?:so|pyd)\b[^\n]*?undefined symbol:?\s*(?P<symbol>[\w.@$]+)",
+            r"undefined symbol:?\s*(?P<symbol>_Z[\w.@$]+)[^\n]*flash_attn",
+        ],
+        "exclude": [r"vllm_flash_attn", r"_vllm_fa\d_C"],
+        "cause": (
+            "The flash-attn binary (flash_attn_2_cuda / flash_attn_3) was built against another torch version "
+            "or the other C++ ABI (cxx11abiTRUE/FALSE) than the torch installed now: torch's C++ symbols "
+            "(_ZN3c10…, _ZN2at…) changed between releases. Typical after upgrading torch (or letting pip do it) "
+            "without rebuilding flash-attn."
+        ),
+        "fix": (
+            "Install the flash-attn wheel built for this torch major.minor, CUDA major and C++ ABI "
+            "(name: flash_attn-X+cuXXtorchX.Ycxx11abi{TRUE|FALSE}-…), or rebuild it against the installed torch."
+        ),
+        "commands": [
+            "python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch._C._GLIBCXX_USE_CXX11_ABI)'",
+            "python3 -m pip uninstall -y flash-attn && python3 -m pip install flash-attn --no-build-isolation --no-cache-dir",
+        ],
+        "sources": [
+            "Dao-AILab/flash-attention#1832", "Dao-AILab/flash-attention#723", "Dao-AILab/flash-attention#853",
+            "Dao-AILab/flash-attention#975", "Dao-AILab/flash-attention#784", "Dao-AILab/flash-attention#931",
+            "Dao-AILab/flash-attention#966", "Dao-AILab/flash-attention#1816",
+        ],
+        "confirm_rules": ["GD4:torch|abi|symbol|build|mismatch"],
+        "facts": ["torch.version", "torch.cuda", "flash_attn.*"],
+    },
+    {
+        "id": "SIG-vllm-c-undefined-symbol",
+        "title": "vLLM's compiled extension does not match the installed torch (undefined symbol in vllm._C)",
+        "patterns": [
+            r"vllm[/\\][^\s:'\"]*\.(?:so|pyd)\b[^\n]*?undefined symbol:?\s*(?P<symbol>[\w.@$]+)",
+            r"Failed to import from vllm\._C with ImportError\([^\n]*undefined symbol:?\s*(?P<symbol>[\w.@$]+)",
+        ],
+        "cause": (
+            "vLLM pins an exact torch version and its compiled extensions (_C, _moe_C, vllm_flash_attn's "
+            "_vllm_fa2_C …) only load against that torch. torch was replaced (a pip install of something else "
+            "upgraded it), or a source build of vLLM is used with another torch than it was built with."
+        ),
+        "fix": (
+            "Reinstall the torch version this vLLM pins (its Requires-Dist), or reinstall/rebuild vLLM against "
+            "the torch you need."
+        ),
+        "commands": [
+            "python3 -m pip show vllm | grep -i requires",
+            "python3 -m pip install --force-reinstall vllm  # brings back the pinned torch",
+        ],
+        "sources": [
+            "vllm-project/vllm#13608", "vllm-project/vllm#5501", "vllm-project/vllm#15010",
+            "vllm-project/vllm#20361", "vllm-project/vllm#21226", "vllm-project/vllm#28199",
+        ],
+        "confirm_rules": ["GD503", "GD5:abi|symbol"],
+        "facts": ["torch.version", "torch.cuda", "vllm.*", "packages.stack"],
+    },
+    {
+        "id": "SIG-torch-extension-undefined-symbol",
+        "title": "A compiled extension was built against another torch (undefined symbol _ZN3c10… / _ZN2at…)",
+        "patterns": [r"undefined symbol:?\s*(?P<symbol>_ZN(?:3c10|2at|5torch)[\w.@$]*)"],
+        "superseded_by": ["SIG-flash-attn-undefined-symbol", "SIG-vllm-c-undefined-symbol"],
+        "cause": (
+            "A C++/CUDA extension (xformers, flashinfer, a custom kernel) references torch C++ symbols "
+            "(c10, at, torch namespaces) that the installed torch does not export: it was built for another "
+            "torch version or C++ ABI."
+        ),
+        "fix": "Reinstall the extension built for this torch, or rebuild it with --no-build-isolation against it.",
+        "commands": ["python3 -m pip list 2>/dev/null | grep -iE '^(torch|xformers|flashinfer|flash.attn)'"],
+        "sources": ["research/facts.md §7", "Dao-AILab/flash-attention#853", "vllm-project/vllm#3630"],
+        "confirm_rules": ["GD503", "GD4:torch|abi|symbol"],
+        "facts": ["torch.version", "torch.cuda"],
+    },
+    {
+        "id": "SIG-nvml-driver-library-mismatch",
+        "title": "NVML: driver/library version mismatch (driver upgraded without reboot)",
+        "patterns": [
+            r"Failed to initialize NVML:\s*Driver/library version mismatch",
+            r"Driver/library version mismatch",
+            r"NVML/RM version mismatch",
+            r"NVML_ERROR_LIB_RM_VERSION_MISMATCH|LibRmVersionMismatch",
+        ],
+        "details": [r"NVML library version:\s*(?P<library_version>\d+\.\d+(?:\.\d+)?)"],
+        "cause": (
+            "The user-space driver libraries (libnvidia-ml, libcuda) were upgraded, often by unattended "
+            "upgrades, while the old NVIDIA kernel module is still loaded; NVML and CUDA refuse to start "
+            "until both are the same version."
+        ),
+        "fix": "Reboot, or unload and reload the NVIDIA kernel modules when nothing uses the GPU; then hold the driver packages.",
+        "commands": [
+            "cat /proc/driver/nvidia/version",
+            "sudo reboot",
+            "sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia  # instead of a reboot",
+            "sudo apt-mark hold 'nvidia-*' 'libnvidia-*'",
+        ],
+        "sources": [
+            "NVIDIA/ubuntu-packaging-nvidia-driver#3", "mozilla/translations#1167", "lyulyul/shine-cluster#30",
+            "tinygrad/open-gpu-kernel-modules#47", "intel/llvm#17614",
+        ],
+        "confirm_rules": ["GD102"],
+        "facts": ["driver.kernel_module_version", "driver.library_path", "driver.version"],
+    },
+    {
+        "id": "SIG-driver-insufficient",
+        "title": "The NVIDIA driver is too old for the CUDA runtime (driver version is insufficient)",
+        "patterns": [
+            r"CUDA driver version is insufficient for CUDA runtime version",
+            r"cudaErrorInsufficientDriver",
+            r"CUDA_ERROR_INSUFFICIENT_DRIVER",
+            r"The NVIDIA driver on your system is too old \(found version (?P<found_version>\d+)\)",
+        ],
+        "cause": (
+            "The host driver is older than the CUDA runtime the wheel or image was built with needs "
+            "(a CUDA 12 runtime needs R525+, CUDA 13 needs R580+). nvidia-smi's banner 'CUDA Version' is "
+            "the newest CUDA this driver can run."
+        ),
+        "fix": (
+            "Upgrade the driver, or install torch/vLLM built for the CUDA the driver supports (or, on data-center "
+            "GPUs only, the cuda-compat forward-compatibility package)."
+        ),
+        "commands": [
+            "nvidia-smi | head -4",
+            "python3 -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu126",
+        ],
+        "sources": [
+            "ovg-project/kvcached#74", "nagadomi/nunif#702", "vllm-project/vllm#1907", "vllm-project/vllm#4940",
+            "vllm-project/vllm#5283", "mlcommons/inference#54",
+        ],
+        "confirm_rules": ["GD103", "GD101", "GD204"],
+        "facts": ["driver.version", "driver.cuda_max", "torch.version", "torch.cuda"],
+    },
+    {
+        "id": "SIG-cuda-804-forward-compat",
+        "title": "CUDA error 804: forward compatibility was attempted on non-supported hardware",
+        "patterns": [
+            r"Error 804:?\s*forward compatibility was attempted on non supported HW",
+            r"forward compatibility was attempted on non supported HW",
+            r"cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+        ],
+        "cause": (
+            "A cuda-compat (forward compatibility) libcuda from a container image or CUDA toolkit is loaded "
+            "on a GPU that does not support it (consumer GeForce/RTX cards; forward compatibility is for "
+            "data-center GPUs), or the image needs a newer driver than the host has."
+        ),
+        "fix": (
+            "Upgrade the host driver to the image's CUDA version, or use an image/wheel for the host's CUDA; "
+            "remove the compat directory from LD_LIBRARY_PATH on non data-center GPUs."
+        ),
+        "commands": ["nvidia-smi | head -4", "echo \"$LD_LIBRARY_PATH\" | tr ':' '\\n' | grep -i compat"],
+        "sources": [
+            "gpustack/gpustack#1254", "gpustack/gpustack#1540", "vllm-project/vllm#5510", "vllm-project/vllm#4940",
+        ],
+        "confirm_rules": ["GD103", "GD207", "GD2:compat|forward"],
+        "facts": ["driver.version", "driver.cuda_max", "gpu.*.name", "torch.cuda", "env.LD_LIBRARY_PATH"],
+    },
+    {
+        "id": "SIG-cuda-803-driver-combination",
+        "title": "CUDA error 803: unsupported display driver / CUDA driver combination",
+        "patterns": [
+            r"Error 803:?\s*system has unsupported display driver\s*/\s*cuda driver combination",
+            r"system has unsupported display driver\s*/\s*cuda driver combination",
+            r"cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        ],
+        "cause": (
+            "The libcuda the process loads does not belong to the running kernel driver: a container's CUDA "
+            "compat or driver libraries shadow the host's (vLLM >= 0.15 images under the nvidia runtime pick "
+            "the wrong libcuda through their ld.so.conf), or stale driver libraries after an upgrade."
+        ),
+        "fix": (
+            "Put the host driver's libraries first (LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib "
+            "in containers), run with --gpus all, or remove stale cuda-compat packages."
+        ),
+        "commands": [
+            "ldconfig -p | grep -E 'libcuda\\.so|libnvidia-ml\\.so'",
+            "export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib:$LD_LIBRARY_PATH",
+        ],
+        "sources": [
+            "gpustack/gpustack#4678", "llm-d/llm-d#706", "vllm-project/vllm#33447", "vllm-project/vllm#15335",
+        ],
+        "confirm_rules": ["GD102", "GD207", "GD2:compat|ldconfig"],
+        "facts": ["driver.version", "driver.library_path", "env.LD_LIBRARY_PATH", "host.container"],
+    },
+    {
+        "id": "SIG-cuda-802-not-initialized",
+        "title": "CUDA error 802: system not yet initialized (fabric manager not running)",
+        "patterns": [
+            r"Error 802:?\s*system not yet initialized",
+            r"\(802\)\s*:?\s*system not yet initialized",
+            r"cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY",
+            r"system not yet initialized",
+        ],
+        "cause": (
+            "On NVSwitch systems (HGX/DGX A100, H100, H200, B200 with 8 GPUs) CUDA cannot start until the "
+            "NVIDIA Fabric Manager service has configured the NVSwitch fabric: it is not installed, not "
+            "running, or its version differs from the driver's."
+        ),
+        "fix": "Install nvidia-fabricmanager of exactly the driver's version and start it.",
+        "commands": [
+            "systemctl status nvidia-fabricmanager",
+            "sudo apt install nvidia-fabricmanager-580 && sudo systemctl enable --now nvidia-fabricmanager",
+            "nvidia-smi -q | grep -iA2 fabric",
+        ],
+        "sources": [
+            "gpustack/gpustack#4154", "pytorch/pytorch#35710", "aws-samples/aws-deep-learning-ami-ubuntu-dcv-desktop#33",
+            "huggingface/huggingface_hub#4134",
+        ],
+        "confirm_rules": ["GD1:fabric", "GD3:fabric|nvswitch"],
+        "facts": ["driver.version", "gpu.count", "gpu.*.name"],
+    },
+    {
+        "id": "SIG-unsupported-ptx-toolchain",
+        "title": "PTX built by a newer CUDA than the driver can compile (unsupported toolchain)",
+        "patterns": [
+            r"the provided PTX was compiled with an unsupported toolchain",
+            r"cudaErrorUnsupportedPtxVersion|CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+        ],
+        "cause": (
+            "A kernel exists only as PTX generated by a newer CUDA toolkit than the driver's JIT understands: "
+            "the binary relies on minor-version compatibility with an older driver (often vLLM's "
+            "_vllm_fa2_C, flashinfer or Triton kernels)."
+        ),
+        "fix": (
+            "Upgrade the driver to at least the toolkit's own driver version, or install builds with native "
+            "SASS for this GPU; as a stopgap choose another attention backend."
+        ),
+        "commands": ["nvidia-smi | head -4", "export VLLM_ATTENTION_BACKEND=TRITON_ATTN  # stopgap"],
+        "sources": [
+            "vllm-project/vllm#31700", "vllm-project/vllm#37140", "vllm-project/vllm#28305", "vllm-project/vllm#50872",
+            "ztxz16/fastllm#649",
+        ],
+        "confirm_rules": ["GD202", "GD103", "GD204"],
+        "facts": ["driver.version", "driver.cuda_max", "torch.cuda", "gpu.*.compute_capability"],
+    },
+    {
+        "id": "SIG-flash-attn-ampere-only",
+        "title": "FlashAttention needs an Ampere or newer GPU (compute capability >= 8.0)",
+        "patterns": [
+            r"FlashAttention only supports Ampere GPUs or newer",
+            r"Cannot use FA version (?P<fa_version>\d) is not supported due to (?P<reason>FA\d is only supported on devices with compute capability[^\n]*)",
+            r"FA\d is only supported on devices with compute capability",
+        ],
+        "cause": (
+            "FA2 kernels need compute capability 8.0+ (FA3 needs 9.x): they cannot run on Turing or Volta "
+            "(T4, V100, RTX 20xx, Quadro RTX), or the configuration forces a FlashAttention version this GPU "
+            "cannot run."
+        ),
+        "fix": (
+            "Use a backend the GPU supports (vLLM picks one when flash_attn_version is not forced: FlashInfer, "
+            "Triton attention; transformers: attn_implementation='sdpa'), or drop the forced FA version."
+        ),
+        "commands": [
+            "nvidia-smi --query-gpu=name,compute_cap --format=csv",
+            "unset VLLM_FLASH_ATTN_VERSION VLLM_ATTENTION_BACKEND",
+        ],
+        "sources": [
+            "Dao-AILab/flash-attention#762", "Dao-AILab/flash-attention#1485", "vllm-project/vllm#8189",
+            "vllm-project/vllm#13766", "vllm-project/vllm#15853", "hiyouga/LlamaFactory#3508",
+        ],
+        "confirm_rules": ["GD4:arch|capab|ampere|support", "GD3:capab"],
+        "facts": ["gpu.*.name", "gpu.*.compute_capability", "env.VLLM_FLASH_ATTN_VERSION", "env.VLLM_ATTENTION_BACKEND"],
+    },
+    {
+        "id": "SIG-flash-attn-ops-missing",
+        "title": "No module named 'flash_attn.ops' (flash-attn-4 without flash-attn 2)",
+        "patterns": [r"No module named ['\"]?flash_attn\.ops"],
+        "cause": (
+            "flash-attn-4 installs only flash_attn/cute into the shared flash_attn namespace; without FA2 "
+            "(the 'flash-attn' distribution) there is no flash_attn.ops, yet code that checks "
+            "find_spec('flash_attn') imports it (vLLM's rotary embedding before PR #42679)."
+        ),
+        "fix": "Upgrade vLLM (fixed by PR #42679), or install FA2 next to FA4, or uninstall flash-attn-4 if you do not need it.",
+        "commands": [
+            "python3 -m pip list 2>/dev/null | grep -iE '^flash[-_]attn'",
+            "python3 -m pip install -U vllm  # includes the guarded import (PR #42679)",
+        ],
+        "sources": [
+            "vllm-project/vllm#42675", "vllm-project/vllm#42679", "vllm-project/vllm#32974",
+            "ai-bond/flash-attention-v100#29", "vllm-project/vllm-ascend#5563",
+        ],
+        "confirm_rules": ["GD505", "GD4:fa4|namespace|ops|cute|variant|collision|conflict|coexist"],
+        "facts": ["flash_attn.*", "vllm.*", "packages.stack"],
+    },
+    {
+        "id": "SIG-flash-attn-cute-missing",
+        "title": "No module named 'flash_attn.cute' (FA4 missing or clobbered by FA2)",
+        "patterns": [r"No module named ['\"]?flash_attn\.cute"],
+        "cause": (
+            "FA2 and flash-attn-4 share the flash_attn namespace: installing or uninstalling one (FA2 2.8.3.x "
+            "ships its own flash_attn/cute) removes or shadows the other's files, or flash-attn-4 (a "
+            "pre-release, pip needs --pre or an exact version) is simply not installed."
+        ),
+        "fix": "Install flash-attn-4 last with an exact version, or keep FA2 and FA4 in separate environments.",
+        "commands": [
+            "python3 -m pip list 2>/dev/null | grep -iE '^flash[-_]attn'",
+            "python3 -m pip install --force-reinstall --no-deps 'flash-attn-4==4.0.0b36'",
+        ],
+        "sources": ["Dao-AILab/flash-attention#2310", "vllm-project/vllm#32974", "PrimeIntellect-ai/prime-rl#1949"],
+        "confirm_rules": ["GD505", "GD4:fa4|namespace|ops|cute|variant|collision|conflict|coexist"],
+        "facts": ["flash_attn.*", "packages.stack"],
+    },
+    {
+        "id": "SIG-free-memory-below-utilization",
+        "title": "vLLM: free GPU memory at startup is less than --gpu-memory-utilization asks for",
+        "patterns": [
+            r"Free memory on device[^\n]*?on startup is less than desired GPU memory utilization",
+        ],
+        "details": [
+            r"\((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup is less than",
+            r"desired GPU memory utilization \((?P<utilization>[\d.]+), (?P<wanted_gib>[\d.]+) GiB\)",
+        ],
+        "cause": (
+            "Other processes already hold GPU memory (a surviving EngineCore after a kill, a notebook, another "
+            "tenant): --gpu-memory-utilization is a fraction of the *total* memory that must be free when the "
+            "engine starts."
+        ),
+        "fix": "Stop the stale processes that hold the memory, or lower --gpu-memory-utilization.",
+        "commands": [
+            "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",
+            "gpudoctor fix  # stops stale serving processes you own, after confirmation",
+        ],
+        "sources": [
+            "vllm-project/vllm#20305", "vllm-project/vllm#55510", "vllm-project/vllm#42017", "pytorch/pytorch#175666",
+        ],
+        "confirm_rules": ["GD302", "GD601", "GD604", "GD605"],
+        "facts": ["gpu.*.memory_used", "gpu.*.memory_total", "gpu.*.processes"],
+    },
+    {
+        "id": "SIG-kv-cache-no-room",
+        "title": "vLLM: no memory left for the KV cache",
+        "patterns": [
+            r"No available memory for the cache blocks",
+            r"KV cache is needed, which is larger than the available KV cache memory",
+            r"Available KV cache memory:\s*-\d",
+        ],
+        "cause": (
+            "After weights, activations and CUDA graphs there is no room for the KV cache within the memory "
+            "budget: a small GPU, other processes holding memory, a large draft model for speculative "
+            "decoding, or a too-long --max-model-len."
+        ),
+        "fix": "Raise --gpu-memory-utilization (if the GPU is free), lower --max-model-len / --max-num-seqs, quantize, or free the GPU.",
+        "commands": ["nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"],
+        "sources": ["vllm-project/vllm#2248", "vllm-project/vllm#10439", "vllm-project/vllm#14574", "QwenLM/Qwen3#12"],
+        "confirm_rules": ["GD302", "GD601", "GD604"],
+        "facts": ["gpu.*.memory_total", "gpu.*.memory_used"],
+    },
+    {
+        "id": "SIG-nccl-shm",
+        "title": "NCCL cannot create its shared-memory segment in /dev/shm",
+        "patterns": [
+            r"NCCL WARN Error while creating shared memory segment",
+            r"NCCL WARN Error: failed to extend /dev/shm/",
+            r"NCCL WARN Error while attaching to shared memory segment",
+            r"NCCL WARN Call to posix_fallocate failed",
+            r"NCCL error[^\n]*unhandled system error",
+            r"\bncclSystemError\b",
+        ],
+        "cause": (
+            "/dev/shm is too small (Docker's default is 64 MiB) or full of segments left by killed runs "
+            "(nccl-*, psm_*), so NCCL's shared-memory transport between local GPUs fails."
+        ),
+        "fix": "Run the container with --ipc=host or a large --shm-size; remove stale segments of dead processes; NCCL_SHM_DISABLE=1 as a last resort.",
+        "commands": ["df -h /dev/shm", "ls -la /dev/shm", "docker run --ipc=host …  # or --shm-size=16g"],
+        "sources": [
+            "MiniMax-AI/MiniMax-01#42", "vllm-project/vllm#1710", "vllm-project/vllm#6574", "vllm-project/vllm#1125",
+            "vllm-project/vllm#18831", "NVIDIA/nccl-tests#166", "NVIDIA/nccl#1518",
+        ],
+        "confirm_rules": ["GD309", "GD603"],
+        "facts": ["host.shm_total", "host.container", "gpu.count"],
+    },
+    {
+        "id": "SIG-address-in-use",
+        "title": "The server's port is already taken (address already in use)",
+        "patterns": [
+            r"error while attempting to bind on address \((?P<address>[^)]*)\):\s*address already in use",
+            r"\[Errno (?:98|48)\] Address already in use",
+            r"The server socket has failed to listen on any local network address",
+            r"\bEADDRINUSE\b",
+        ],
+        "details": [r"\('[^']*',\s*(?P<port>\d+)\)"],
+        "cause": (
+            "Another process listens on the port: usually the previous vLLM (or a zombie API server) is still "
+            "running. A torch.distributed 'server socket has failed to listen' / EADDRINUSE is the internal "
+            "rendezvous port instead."
+        ),
+        "fix": "Find the owner of the port and stop it if it is stale, or pick another --port (or MASTER_PORT / VLLM_PORT for the rendezvous).",
+        "commands": ["ss -ltnp | grep ':8000 '", "gpudoctor fix  # stops stale serving processes you own, after confirmation"],
+        "sources": ["vllm-project/vllm#9763", "vllm-project/vllm#7514", "vllm-project/vllm#11617"],
+        "confirm_rules": ["GD602", "GD601"],
+        "facts": ["processes.port"],
+    },
+    {
+        "id": "SIG-bf16-needs-cc80",
+        "title": "bfloat16 needs compute capability 8.0 (use --dtype half)",
+        "patterns": [r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0"],
+        "details": [r"Your (?P<gpu>[^\n]+?) GPU has compute capability (?P<compute_capability>\d+\.\d+)"],
+        "cause": "The model's dtype is bfloat16 and this GPU is older than Ampere (T4, V100, P100/P40): it has no bf16 support.",
+        "fix": "Serve in float16 (--dtype half) or use an Ampere or newer GPU.",
+        "commands": ["vllm serve MODEL --dtype half"],
+        "sources": [
+            "vllm-project/vllm#946", "vllm-project/vllm#1157", "vllm-project/vllm#1153", "vllm-project/vllm#2374",
+            "hiyouga/LlamaFactory#4960",
+        ],
+        "confirm_rules": ["GD7:dtype|bf16|bfloat", "GD3:capab|bf16"],
+        "facts": ["gpu.*.name", "gpu.*.compute_capability"],
+    },
+    {
+        "id": "SIG-failed-to-infer-device-type",
+        "title": "vLLM could not detect the platform (Failed to infer device type)",
+        "patterns": [r"Failed to infer device type"],
+        "cause": (
+            "vLLM's platform detection found no usable CUDA: NVML did not start (no driver, a driver/library "
+            "mismatch, a container without GPUs), the NVML binding is broken or shadowed (the deprecated "
+            "'pynvml' package), or torch is a CPU build."
+        ),
+        "fix": "Check the driver first (nvidia-smi), then the NVML binding and torch's CUDA build; VLLM_LOGGING_LEVEL=DEBUG shows why detection failed.",
+        "commands": [
+            "nvidia-smi",
+            "python3 -m pip uninstall -y pynvml && python3 -m pip install -U nvidia-ml-py",
+            "VLLM_LOGGING_LEVEL=DEBUG vllm serve MODEL 2>&1 | grep -i platform",
+        ],
+        "sources": ["vllm-project/vllm#12847", "vllm-project/vllm#13865", "vllm-project/vllm#13946", "vllm-project/vllm#14200"],
+        "confirm_rules": ["GD101", "GD102", "GD103", "GD501"],
+        "facts": ["driver.nvml", "driver.version", "torch.version", "torch.cuda"],
+    },
+    {
+        "id": "SIG-no-driver",
+        "title": "No NVIDIA driver reachable",
+        "patterns": [
+            r"Found no NVIDIA driver on your system",
+            r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
+            r"NVML Shared Library Not Found",
+            r"libnvidia-ml\.so(?:\.1)?: cannot open shared object file",
+        ],
+        "cause": (
+            "The NVIDIA driver is not installed, its kernel module is not loaded, or a container was started "
+            "without the GPUs (no NVIDIA Container Toolkit / --gpus)."
+        ),
+        "fix": "Install and load the driver (read dmesg if the module does not load), or start the container with --gpus all.",
+        "commands": ["nvidia-smi", "lsmod | grep nvidia", "sudo dmesg | grep -iE 'nvrm|nvidia' | tail -20"],
+        "sources": ["torch/cuda/__init__.py (_check_driver)", "nvidia-smi(1)", "vllm-project/vllm#12847"],
+        "confirm_rules": ["GD101"],
+        "facts": ["driver.nvml", "driver.kernel_module_version"],
+    },
+)
