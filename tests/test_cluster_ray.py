@@ -1,0 +1,225 @@
+"""`gpudoctor cluster` against a real multi-node Ray cluster on this machine, on loopback only.
+
+One module-scoped cluster (ray.cluster_utils.Cluster): a head and two more Ray nodes, one CPU
+each, every process bound to 127.0.0.1. One node is started with a different environment
+(NCCL_DEBUG=INFO, given to its raylet and so inherited by its workers): the probes read it
+there, and the cross-node rule must name that node. The last test adds a node and kills its
+raylet: that node is reported unreachable and the others' results still come out.
+
+Time limit: the module arms faulthandler to abort the run if it passes LIMIT_S, well under
+the CI budget (2 cores); its own wall time is printed (-s) and asserted.
+"""
+
+import faulthandler
+import io
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+# Ray binds the machine's non-loopback address unless it believes multi-node clusters are off
+# (ray_constants.ENABLE_RAY_CLUSTER, read once when Ray is imported): set it before the import.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+ray = pytest.importorskip("ray", reason="Ray is a test dependency: pip install -e '.[test]'")
+psutil = pytest.importorskip("psutil")
+
+from gpudoctor.cli import main  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+LIMIT_S = 150  # whole module, cluster start and stop included
+SKEW = {"NCCL_DEBUG": "INFO"}
+# Quick failure detection on the head, so a killed node is declared dead in ~3 s (Ray's default ~15 s+).
+HEAD_CONFIG = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
+               "health_check_timeout_ms": 1000, "health_check_failure_threshold": 3}
+STARTED = time.monotonic()
+
+
+def _loopback(ip):
+    address = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(address, "ipv4_mapped", None)  # "::ffff:127.0.0.1": an IPv4 loopback on a dual-stack socket
+    return (mapped or address).is_loopback
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    faulthandler.dump_traceback_later(LIMIT_S, exit=True)
+    assert ray_constants.ENABLE_RAY_CLUSTER is False, "Ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set"
+    # The raylets inherit this process's environment: start from one without NCCL_*/VLLM_*, so
+    # the only difference between the nodes is the one the test makes.
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(("NCCL_", "VLLM_")) or k == "RAY_ADDRESS"}
+    started = time.monotonic()
+    cluster = None
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "_system_config": HEAD_CONFIG})
+        plain = cluster.add_node(num_cpus=1)
+        skewed = cluster.add_node(num_cpus=1, env_vars=dict(SKEW))
+        cluster.wait_for_nodes()
+        print(f"\nRay cluster of 3 nodes up in {time.monotonic() - started:.1f} s at {cluster.address}")
+        yield {"cluster": cluster, "address": cluster.address, "plain": plain, "skewed": skewed}
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+        os.environ.update(saved)
+        faulthandler.cancel_dump_traceback_later()
+        print(f"\nRay tests: {time.monotonic() - STARTED:.1f} s in all")
+
+
+def name_of(doc, node):
+    """The name gpudoctor gave a Ray node (its hostname, plus its node ID's start when hostnames repeat)."""
+    [entry] = [n for n in doc["nodes"] if n["source"] == f"ray node {node.node_id}"]
+    return entry["name"]
+
+
+def gd(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), environ={"NO_COLOR": "1", "PATH": os.environ.get("PATH", "")}, stdout=out, stderr=err)
+    assert "Traceback" not in out.getvalue() + err.getvalue(), err.getvalue()
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_cluster_is_on_loopback_only(ray_cluster):
+    cluster = ray_cluster["cluster"]
+    assert ray_cluster["address"].startswith("127.0.0.1:")
+    nodes = [cluster.head_node, *cluster.worker_nodes]
+    assert len(nodes) == 3 and all(n.node_ip_address == "127.0.0.1" for n in nodes)
+    listening = []
+    for node in nodes:
+        for _, popen in node.live_processes():
+            try:
+                procs = [psutil.Process(popen.pid)] + psutil.Process(popen.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                continue
+            for proc in procs:
+                try:
+                    conns = proc.net_connections(kind="inet") if hasattr(proc, "net_connections") else proc.connections(kind="inet")
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+                listening += [(proc.name(), c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN]
+    assert listening, "no listening socket found: the check would prove nothing"
+    assert all(_loopback(ip) for _, ip, _ in listening), [entry for entry in listening if not _loopback(entry[1])]
+
+
+def test_cluster_command_names_the_skewed_node(ray_cluster, tmp_path):
+    """The real CLI in its own process: JSON on stdout (nothing of Ray's in it), the merged snapshot saved."""
+    saved = tmp_path / "cluster.json"
+    env = dict(os.environ, NO_COLOR="1")
+    env.pop("RAY_ADDRESS", None)
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "cluster", "--address", ray_cluster["address"], "--timeout", "60",
+         "--format", "json", "--save", str(saved)],
+        capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120,
+    )
+    print(f"\ngpudoctor cluster (own process) took {time.monotonic() - t0:.1f} s")
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "Traceback" not in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["kind"] == "gpudoctor.cluster" and doc["source"] == f"ray {ray_cluster['address']}"
+    assert [n["status"] for n in doc["nodes"]] == ["ok", "ok", "ok"], doc["nodes"]
+    assert sum(bool(n.get("head")) for n in doc["nodes"]) == 1
+    odd = name_of(doc, ray_cluster["skewed"])
+    others = sorted(n["name"] for n in doc["nodes"] if n["name"] != odd)
+    [skew] = [f for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD904"]
+    assert skew["subject"] == odd
+    assert skew["message"] == f"{odd} differs from the rest of the cluster: NCCL_DEBUG INFO on {odd} (the other 2 nodes: (unset))"
+    assert skew["fix"]["commands"][0] == f"unset NCCL_DEBUG  # on {odd}, before `ray start`"
+    row = next(r for r in doc["matrix"]["rows"] if r["label"] == "NCCL_DEBUG")
+    assert row["differs"] and row["values"] == {name: ("INFO" if name == odd else "(unset)") for name in doc["matrix"]["columns"]}
+    # Every node was really probed there: its own facts, its own Ray node ID.
+    for entry in doc["nodes"]:
+        facts = {k[len(f"node.{entry['name']}."):]: v for k, v in doc["snapshot"]["facts"].items() if k.startswith(f"node.{entry['name']}.")}
+        assert facts["python.version"]["status"] == "ok" and facts["host.shm_total"]["status"] == "ok"
+        assert doc["snapshot"]["facts"]["cluster.nodes"]["value"][doc["nodes"].index(entry)]["meta"]["ray_node_id"] == entry["source"][9:]
+    assert all(f["node"] in (None, *others, odd) for f in doc["findings"])
+    assert saved.exists() and (saved.stat().st_mode & 0o777) == 0o600
+
+    # The same cross-node rule fires on replayed files (the Slurm path): the saved cluster
+    # snapshot, and one file per node split out of it.
+    code, out, err = gd("check", "--snapshot", str(saved), "--select", "GD9")
+    assert f"! GD904 cluster-env-skew [{odd}]:" in out, out
+    from gpudoctor import cluster as gcluster
+    from gpudoctor.snapshot import Snapshot
+
+    merged = Snapshot.load(str(saved))
+    argv = ["check", "--format", "json", "--select", "GD9"]
+    for name, snap in gcluster.reachable(merged):
+        path = tmp_path / f"{name}.json"
+        path.write_text(snap.dumps(), encoding="utf-8")
+        argv += ["--snapshot", str(path)]
+    code, out, err = gd(*argv)
+    replayed = json.loads(out)
+    assert [f["subject"] for f in replayed["findings_by_node"]["across_nodes"] if f["id"] == "GD904"] == [odd]
+    ray_ids = sorted(f["id"] for f in doc["findings_by_node"]["across_nodes"])
+    assert sorted(f["id"] for f in replayed["findings_by_node"]["across_nodes"]) == ray_ids
+
+
+def test_cluster_text_matrix_in_process(ray_cluster):
+    t0 = time.monotonic()
+    code, out, err = gd("cluster", "--address", ray_cluster["address"], "--timeout", "60", "-tp", "1", "-pp", "64")
+    print(f"\ngpudoctor cluster (in process) took {time.monotonic() - t0:.1f} s")
+    assert code == 1, out  # TP 1 × PP 64 needs 64 GPUs: GD907 blocks
+    assert not ray.is_initialized(), "the command must disconnect from Ray"
+    lines = out.splitlines()
+    assert lines[0].endswith(f"cluster of 3 nodes via ray {ray_cluster['address']}: 3 ok")
+    row = next(line for line in lines if "NCCL_DEBUG" in line)
+    assert row.startswith("≠ NCCL_DEBUG"), row
+    cells = row.split()[2:]
+    assert sorted(cells) == ["(unset)", "(unset)", "INFO"], row
+    assert "✗ GD907 cluster-parallel-plan-does-not-fit: TP 1 × PP 64 needs 64 GPUs, the nodes that answered have " in out
+    assert "! GD904 cluster-env-skew [" in out
+    assert sum(line.startswith(("✓ Node ", "✗ Node ", "! Node ", "? Node ", "- Node ")) for line in lines) == 3
+    assert lines[-1].startswith("Summary: 3/3 nodes answered")
+
+
+def test_nodes_that_do_not_answer_in_time_are_not_waited_for(ray_cluster):
+    # 10 ms: no node can start (or even reuse) a worker and run the probes (≥ 50 ms here) in time.
+    t0 = time.monotonic()
+    code, out, err = gd("cluster", "--address", ray_cluster["address"], "--timeout", "0.01", "--format", "json")
+    elapsed = time.monotonic() - t0
+    doc = json.loads(out)
+    assert [n["status"] for n in doc["nodes"]] == ["timeout"] * 3, doc["nodes"]
+    assert all(n["detail"].startswith("no answer within 0.01 s") for n in doc["nodes"])
+    late = [f for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD901"]
+    assert len(late) == 3 and {f["severity"] for f in late} == {"warning"}
+    assert code == 0  # a timeout is a warning: nothing blocking at --fail-on error
+    assert elapsed < 15 and not ray.is_initialized()
+
+
+def test_a_node_that_dies_is_reported_and_the_rest_still_comes_out(ray_cluster):
+    cluster = ray_cluster["cluster"]
+    doomed = cluster.add_node(num_cpus=1)
+    doomed_id = doomed.node_id
+    cluster.remove_node(doomed, allow_graceful=False)  # SIGKILL its raylet: Ray still lists it alive for a few seconds
+    t0 = time.monotonic()
+    code, out, err = gd("cluster", "--address", ray_cluster["address"], "--timeout", "20", "--format", "json")
+    elapsed = time.monotonic() - t0
+    print(f"\ngpudoctor cluster with a dead node took {elapsed:.1f} s")
+    doc = json.loads(out)
+    assert code == 1
+    [dead] = [n for n in doc["nodes"] if n["source"] == f"ray node {doomed_id}"]
+    assert dead["status"] == "unreachable", dead
+    print(f"dead node reported as: {dead['detail']}")
+    assert "TaskUnschedulableError" in dead["detail"] or "dead" in dead["detail"], dead
+    [gone] = [f for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD901"]
+    assert gone["subject"] == dead["name"] and gone["severity"] == "error"
+    alive = [n for n in doc["nodes"] if n["name"] != dead["name"]]
+    assert [n["status"] for n in alive] == ["ok", "ok", "ok"]
+    for node in alive:
+        assert node["summary"]["pass"] > 0 and doc["findings_by_node"]["nodes"][node["name"]] is not None
+    # The skew is still found among the nodes that answered.
+    odd = name_of(doc, ray_cluster["skewed"])
+    assert [f["subject"] for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD904"] == [odd]
+    assert elapsed < 20, "the dead node must not be waited on for the whole timeout"
+
+
+def test_module_time_budget():
+    assert time.monotonic() - STARTED < LIMIT_S
