@@ -7,7 +7,7 @@ module name here.
 
 import importlib
 
-MODULES = ("internal", "driver", "gpu")
+MODULES = ("internal", "driver", "cuda", "gpu", "python_stack", "processes", "server", "cluster")
 
 
 def load() -> None:

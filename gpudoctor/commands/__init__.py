@@ -10,5 +10,10 @@ COMMANDS = {
     "snapshot": "snapshot",
     "rules": "rules_cmd",
     "explain": "explain",
+    "report": "report",
+    "compare": "compare",
+    "cluster": "cluster",
+    "fix": "fix",
+    "smoke": "smoke",
 }
 DEFAULT = "check"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudoctor.commands.common import IO, UsageError, add_probe_options, load_snapshot, probe, stream_is_unicode, use_color
+from gpudoctor.commands.common import IO, UsageError, add_probe_options, load_snapshot, probe, replay, stream_is_unicode, use_color
 from gpudoctor.exitcodes import ExitCode
 
 HELP = "probe this machine (or replay a snapshot) and run the rules (default)"
@@ -11,12 +11,18 @@ FORMATS = ("text", "json", "markdown")
 
 def configure(parser) -> None:
     add_probe_options(parser)
-    parser.add_argument("--snapshot", metavar="FILE", help="replay a snapshot saved by `gpudoctor snapshot` instead of probing")
+    from gpudoctor.commands.cluster import SnapshotFiles
+
+    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE",
+                        help="replay a snapshot saved by `gpudoctor snapshot` instead of probing; repeat it (one file per node) to check a cluster")
     parser.add_argument("--select", action="append", metavar="IDS", help="only these rules: IDs, prefixes (GD1), names or areas; comma-separated")
     parser.add_argument("--ignore", action="append", metavar="IDS", help="skip these rules (same forms as --select)")
     parser.add_argument("--format", choices=FORMATS, default="text")
     parser.add_argument("--fail-on", choices=("error", "warning"), default="error", help="lowest severity that makes the exit code 1 (default: error)")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs in the output")
+    parser.add_argument("--port", type=int, default=8000, metavar="N", help="the serving port to check for listeners (default 8000)")
+    parser.add_argument("--smoke", nargs="?", const="auto", metavar="URL", help="finally run the inference smoke check against URL (default: the server found listening here)")
 
 
 def selected_rules(args):
@@ -29,26 +35,44 @@ def selected_rules(args):
 
 
 def render(result, args, io: IO) -> None:
+    from gpudoctor.redact import for_snapshot
+
+    redactor = for_snapshot(result.snapshot, anonymize=getattr(args, "anonymize", False), environ=io.environ)
     if args.format == "json":
         from gpudoctor.render import json_out
 
-        io.stdout.write(json_out.dumps(json_out.document(result, args.fail_on)))
+        io.stdout.write(json_out.dumps(json_out.document(result, args.fail_on), redactor))
     elif args.format == "markdown":
         from gpudoctor.render import markdown
 
-        io.stdout.write(markdown.render(result, args.fail_on))
+        io.stdout.write(markdown.render(result, args.fail_on, redactor))
     else:
         from gpudoctor.render import text
 
         lines = text.build(result, args.fail_on, args.verbose, stream_is_unicode(io.stdout))
-        text.write(lines, io.stdout, use_color(args.color, io.stdout, io.environ))
+        text.write(lines, io.stdout, use_color(args.color, io.stdout, io.environ), redactor)
 
 
 def run(args, io: IO) -> int:
     from gpudoctor.engine import run_rules
 
     rules = selected_rules(args)
-    snapshot = load_snapshot(args.snapshot) if args.snapshot else probe(args, io)
+    if len(getattr(args, "snapshots", None) or ()) > 1:  # one file per node: a cluster (commands/cluster.py)
+        from gpudoctor.commands.cluster import check_snapshots
+
+        return check_snapshots(args, io, rules)
+    snapshot = replay(args) if args.snapshot else probe(args, io)
+    if args.snapshot and not getattr(args, "smoke", None):
+        from gpudoctor.cluster import is_cluster
+
+        if is_cluster(snapshot):  # a file saved by `gpudoctor cluster --save`
+            from gpudoctor.commands.cluster import report
+
+            return report(snapshot, rules, args, io)
+    if args.smoke:
+        from gpudoctor.commands.smoke import add_smoke_facts
+
+        add_smoke_facts(snapshot, args, io)
     result = run_rules(snapshot, rules)
     if args.verbose:
         for text in result.debug:

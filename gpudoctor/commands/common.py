@@ -10,6 +10,9 @@ from typing import Dict, TextIO
 from gpudoctor import __version__
 
 
+MAX_TIMEOUT = 86400.0  # a day; thread.join cannot wait for inf (OverflowError)
+
+
 class UsageError(Exception):
     """Bad input from the user: one line on stderr, exit 2."""
 
@@ -25,6 +28,8 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", "--debug", dest="verbose", action="store_true", help="show unknown rules and tracebacks")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="deadline for all probes together (default 10 s)")
     parser.add_argument("--root", default="/", help=argparse.SUPPRESS)  # fake filesystem root, for tests
+    parser.add_argument("--python", metavar="PY", help="inspect the environment of this interpreter (e.g. the venv vLLM lives in) instead of gpudoctor's own")
+    parser.add_argument("--gpu", metavar="SPEC", help='judge kernels and arch lists against this GPU instead of the ones present: sm_80, 8.6, A100, H100, "RTX 4090"')
 
 
 def probe(args, io: IO):
@@ -33,14 +38,52 @@ def probe(args, io: IO):
 
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
-    if args.timeout <= 0:
-        raise UsageError("--timeout must be positive")
-    ctx = Context(root=args.root, environ=io.environ, timeout=args.timeout)
+    if not (0 < args.timeout <= MAX_TIMEOUT):  # also refuses nan and inf
+        raise UsageError(f"--timeout must be a number of seconds between 0 and {MAX_TIMEOUT:g}")
+    gpu = gpu_option(args)
+    python = getattr(args, "python", None)
+    if python is not None:
+        from gpudoctor.probes.pystack import python_option_error
+
+        problem = python_option_error(python)
+        if problem:
+            raise UsageError(problem)
+    ctx = Context(root=args.root, environ=io.environ, timeout=args.timeout, port=getattr(args, "port", 8000), python=python)
     snapshot = collect(ctx)
     snapshot.meta["gpudoctor"] = __version__
+    if gpu is not None:
+        from gpudoctor.gpu_table import override_snapshot
+
+        override_snapshot(snapshot, gpu, args.gpu)
     if args.verbose:
         for text in ctx.debug:
             io.stderr.write(text + "\n")
+    return snapshot
+
+
+def gpu_option(args):
+    """``--gpu SPEC`` parsed (a GpuSpec), None when not given; a bad spec is a usage error."""
+    text = getattr(args, "gpu", None)
+    if text is None:
+        return None
+    from gpudoctor.gpu_table import SpecError, parse_spec
+
+    try:
+        return parse_spec(text)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def replay(args):
+    """``--snapshot FILE``: load it; ``--gpu`` applies to a replay too, ``--python`` cannot."""
+    if getattr(args, "python", None):
+        raise UsageError("--python inspects an interpreter on this machine; it cannot be combined with --snapshot")
+    gpu = gpu_option(args)
+    snapshot = load_snapshot(args.snapshot)
+    if gpu is not None:
+        from gpudoctor.gpu_table import override_snapshot
+
+        override_snapshot(snapshot, gpu, args.gpu)
     return snapshot
 
 
@@ -70,6 +113,7 @@ def write_private(path: str, data: str) -> None:
     """Write a file only its owner can read (snapshots and reports can be sensitive)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # the mode above only applies to a new file, not one being overwritten
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(data)
     except OSError as exc:

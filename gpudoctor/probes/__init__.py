@@ -26,6 +26,8 @@ class Context:
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     timeout: float = 10.0
     debug: List[str] = field(default_factory=list)
+    port: int = 8000  # the serving port whose listeners probes.processes reports
+    python: Optional[str] = None  # --python: probe that interpreter's environment (probes.pystack)
 
     @property
     def live(self) -> bool:
@@ -44,9 +46,9 @@ class Context:
 
 
 def default_probes() -> List[Tuple[str, Probe]]:
-    from gpudoctor.probes import driver, gpus, host, pyenv
+    from gpudoctor.probes import cuda, driver, gpus, host, processes, pystack
 
-    return [("host", host.collect), ("driver", driver.collect), ("gpus", gpus.collect), ("python", pyenv.collect)]
+    return [("host", host.collect), ("driver", driver.collect), ("gpus", gpus.collect), ("python", pystack.collect), ("processes", processes.collect), ("cuda", cuda.collect)]
 
 
 def collect(ctx: Optional[Context] = None, probes: Optional[List[Tuple[str, Probe]]] = None) -> Snapshot:
@@ -71,7 +73,7 @@ def collect(ctx: Optional[Context] = None, probes: Optional[List[Tuple[str, Prob
 
     snapshot = Snapshot(meta={"root": ctx.root})
     for name, thread in threads:
-        thread.join(max(0.0, ctx.timeout - (time.monotonic() - started)))
+        thread.join(min(threading.TIMEOUT_MAX, max(0.0, ctx.timeout - (time.monotonic() - started))))
         outcome = results.get(name)
         if outcome is None:
             snapshot.facts[f"probe.{name}"] = Fact(None, TIMEOUT, "gpudoctor", f"no answer within {ctx.timeout:g} s")

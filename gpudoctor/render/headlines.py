@@ -58,7 +58,63 @@ def context(snap: Snapshot) -> str:
     return " · ".join(parts)
 
 
-HEADLINES: Dict[str, Callable[[Snapshot], str]] = {"driver": driver, "gpu": gpu, "internal": internal}
+def processes(snap: Snapshot) -> str:
+    serving = snap.value("processes.serving")
+    if not isinstance(serving, list):
+        return f"process table not read ({snap.get('processes.index').describe()})"
+    stacks = Counter(str(r.get("stack")) for r in serving if isinstance(r, dict) and r.get("state") not in ("Z", "X"))
+    parts = [", ".join(f"{n} {stack}" for stack, n in sorted(stacks.items())) + " serving process(es)" if stacks else "no serving processes"]
+    port = snap.value("processes.port") or {}
+    if port.get("port"):
+        parts.append(f"port {port['port']} {'in use' if port.get('listeners') else 'free'}")
+    shm = snap.value("processes.shm") or {}
+    if shm.get("files"):
+        parts.append(f"{len(shm['files'])} serving shm segment(s) in /dev/shm")
+    return ", ".join(parts)
+
+
+def cuda(snap: Snapshot) -> str:
+    home = snap.get("cuda.home")
+    if not home.ok:
+        toolkits = snap.value("cuda.toolkits") or []
+        text = "no CUDA toolkit (only needed to build extensions)" if not toolkits else f"{len(toolkits)} toolkit(s), none found the way torch looks"
+    else:
+        value = home.value or {}
+        version = value.get("nvcc_version") or value.get("version") or "?"
+        text = f"CUDA_HOME {value.get('path')} (nvcc {version}, from {value.get('source')})"
+    compilers = [c for c in snap.value("cuda.gcc") or [] if isinstance(c, dict) and c.get("version")]
+    if compilers:
+        text += f", {compilers[0].get('kind', 'gcc')} {compilers[0]['version']}"
+    kernels = [b for b in snap.value("kernels.binaries") or [] if isinstance(b, dict)]
+    if kernels:
+        text += f", {len(kernels)} CUDA binaries scanned"
+    return text
+
+
+def vllm(snap: Snapshot) -> str:
+    parts = []
+    torch = snap.value("torch.version")
+    if torch:
+        archs = snap.value("torch.arch_list") or {}
+        sm = [a for a in archs.get("sm", []) if not str(a).endswith(("a", "f"))]
+        parts.append(f"torch {torch}" + (f" ({sm[0]}…{sm[-1]})" if len(sm) > 1 else ""))
+    elif snap.get("torch.version").status == "absent":
+        parts.append("no torch")
+    stack = snap.value("packages.stack") or {}
+    for name in ("vllm", "flash-attn", "flash-attn-4", "flashinfer-python", "xformers"):
+        entry = stack.get(name)
+        if isinstance(entry, dict) and entry.get("version"):
+            parts.append(f"{name} {entry['version']}")
+    dists = snap.value("packages.dists")
+    if isinstance(dists, dict):
+        parts.append(f"{len(dists)} distributions")
+    requested = snap.value("python.requested")
+    if requested:
+        parts.append(f"in {requested}")
+    return ", ".join(parts)
+
+
+HEADLINES: Dict[str, Callable[[Snapshot], str]] = {"driver": driver, "gpu": gpu, "internal": internal, "processes": processes, "cuda": cuda, "vllm": vllm}
 
 
 def headline(area: str, snap: Snapshot) -> str:
