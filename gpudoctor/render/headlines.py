@@ -114,7 +114,21 @@ def vllm(snap: Snapshot) -> str:
     return ", ".join(parts)
 
 
-HEADLINES: Dict[str, Callable[[Snapshot], str]] = {"driver": driver, "gpu": gpu, "internal": internal, "processes": processes, "cuda": cuda, "vllm": vllm}
+def server(snap: Snapshot) -> str:
+    from gpudoctor.smoke.table import headline as smoke_headline
+
+    return smoke_headline(snap)
+
+
+HEADLINES: Dict[str, Callable[[Snapshot], str]] = {
+    "driver": driver,
+    "gpu": gpu,
+    "internal": internal,
+    "processes": processes,
+    "cuda": cuda,
+    "vllm": vllm,
+    "server": server,
+}
 
 
 def headline(area: str, snap: Snapshot) -> str:
