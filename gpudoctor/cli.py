@@ -22,11 +22,20 @@ from gpudoctor.exitcodes import ExitCode
 HELP_FLAGS = ("-h", "--help", "--version")
 
 
+def _entry(name: str):
+    """(module name, help) for a command; a bare module name means the module has HELP."""
+    entry = COMMANDS[name]
+    if isinstance(entry, str):
+        return entry, getattr(importlib.import_module(f"gpudoctor.commands.{entry}"), "HELP", "")
+    return entry
+
+
 def _module(name: str):
-    return importlib.import_module(f"gpudoctor.commands.{COMMANDS[name]}")
+    return importlib.import_module(f"gpudoctor.commands.{_entry(name)[0]}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(chosen: Optional[str] = None) -> argparse.ArgumentParser:
+    """All commands are listed; only ``chosen`` (the one being run) is imported and configured."""
     parser = argparse.ArgumentParser(
         prog="gpudoctor",
         description="A doctor for GPU inference environments (driver, CUDA, GPUs, flash-attn, vLLM).",
@@ -35,8 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        module = _module(name)
-        module.configure(sub.add_parser(name, help=module.HELP, description=module.HELP))
+        text = _entry(name)[1]
+        parser_for_command = sub.add_parser(name, help=text, description=text)
+        if name == chosen:
+            _module(name).configure(parser_for_command)
     return parser
 
 
@@ -59,7 +70,7 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
     args = None
     try:
         try:
-            args = build_parser().parse_args(argv)
+            args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
         except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
             return ExitCode.OK if exc.code in (0, None) else ExitCode.USAGE
         return int(_module(args.command).run(args, io))

@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpudoctor.fix import RemoveFile, StopProcess
+from gpudoctor.actions import RemoveFile, StopProcess
 from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 from gpudoctor.snapshot import gib
 

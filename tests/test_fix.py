@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from gpudoctor import fix
+from gpudoctor import actions, fix
 from gpudoctor.probes import processes as probe
 from gpudoctor.rule import Fix
 from test_processes_helpers import (  # noqa: F401  (spawner is a fixture)
@@ -31,25 +31,25 @@ pytest.importorskip("setproctitle")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def stop(pid: int, uid: int = 0) -> fix.StopProcess:
-    return fix.StopProcess(pid, start_ticks(pid), uid, "t", "root")
+def stop(pid: int, uid: int = 0) -> actions.StopProcess:
+    return actions.StopProcess(pid, start_ticks(pid), uid, "t", "root")
 
 
-def remove(path: str) -> fix.RemoveFile:
+def remove(path: str) -> actions.RemoveFile:
     info = os.lstat(path)
-    return fix.RemoveFile(path, info.st_dev, info.st_ino, info.st_uid, info.st_size, "root")
+    return actions.RemoveFile(path, info.st_dev, info.st_ino, info.st_uid, info.st_size, "root")
 
 
 def test_actions_are_data_and_round_trip():
-    actions = [fix.StopProcess(645, 123, 0, "VLLM::EngineCore", "root"), fix.RemoveFile("/dev/shm/psm_deadbeef", 1, 2, 0, 4096)]
-    for action in actions:
-        assert fix.action_from_json(json.loads(json.dumps(action.to_json()))) == action
-    assert Fix("x", actions=actions).to_json()["actions"][0] == {"type": "stop_process", "pid": 645, "start_ticks": 123,
+    planned = [actions.StopProcess(645, 123, 0, "VLLM::EngineCore", "root"), actions.RemoveFile("/dev/shm/psm_deadbeef", 1, 2, 0, 4096)]
+    for action in planned:
+        assert actions.action_from_json(json.loads(json.dumps(action.to_json()))) == action
+    assert Fix("x", actions=planned).to_json()["actions"][0] == {"type": "stop_process", "pid": 645, "start_ticks": 123,
                                                                   "uid": 0, "title": "VLLM::EngineCore", "user": "root"}
     assert "actions" not in Fix("x").to_json()  # other rules' JSON is unchanged
     for bad in ({"type": "run_shell", "command": "rm -rf /"}, {"type": "stop_process", "pid": 1, "signal": 9}, []):
         with pytest.raises(ValueError):
-            fix.action_from_json(bad)
+            actions.action_from_json(bad)
 
 
 def test_plan_deduplicates_and_puts_processes_first():
@@ -57,7 +57,7 @@ def test_plan_deduplicates_and_puts_processes_first():
         def __init__(self, rule_id, subject, *actions):
             self.rule_id, self.subject, self.fix = rule_id, subject, Fix("x", actions=list(actions))
 
-    a, b = fix.StopProcess(10, 1, 0), fix.RemoveFile("/dev/shm/psm_00000000", 1, 2, 0)
+    a, b = actions.StopProcess(10, 1, 0), actions.RemoveFile("/dev/shm/psm_00000000", 1, 2, 0)
     planned = fix.plan([F("GD603", "/dev/shm", b), F("GD601", "PID 10", a), F("GD602", "port 8000", a)])
     assert [p.action for p in planned] == [a, b]
     assert planned[0].rules == ["GD601 PID 10", "GD602 port 8000"]
@@ -76,7 +76,7 @@ def test_never_pid_1_self_or_ancestors():
 
 def test_a_reused_pid_is_left_alone(spawner):
     target = spawner.spawn("VLLM::EngineCore", orphan=True)
-    action = fix.StopProcess(target["pid"], start_ticks(target["pid"]) - 1, 0)  # "started earlier": another process
+    action = actions.StopProcess(target["pid"], start_ticks(target["pid"]) - 1, 0)  # "started earlier": another process
     verdict = fix.Machine().check_process(action)
     assert verdict.status == fix.ALREADY and "now belongs to another process" in verdict.reason
     [outcome] = fix.apply([action], fix.Machine(), grace=0.2)
@@ -103,10 +103,10 @@ def test_zombie_and_gone_are_already_done(spawner):
         ticks = start_ticks(child.pid) or ticks
         time.sleep(0.01)
     ticks = start_ticks(child.pid) or ticks
-    verdict = fix.Machine().check_process(fix.StopProcess(child.pid, ticks, 0))
+    verdict = fix.Machine().check_process(actions.StopProcess(child.pid, ticks, 0))
     assert verdict.status == fix.ALREADY and "zombie" in verdict.reason
     child.wait()
-    assert fix.Machine().check_process(fix.StopProcess(child.pid, ticks, 0)).reason.startswith("already gone")
+    assert fix.Machine().check_process(actions.StopProcess(child.pid, ticks, 0)).reason.startswith("already gone")
 
 
 # --- acting ---------------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ def test_files_are_checked_again_before_removal(tmp_path, spawner):
     mapped = shm_file(root, "psm_00000004")
     holder = spawner.spawn("VLLM::EngineCore", map=mapped)
     oddly_named = shm_file(root, "important.db")
-    link_action = fix.RemoveFile(link, os.lstat(link).st_dev, os.lstat(link).st_ino, 0)
+    link_action = actions.RemoveFile(link, os.lstat(link).st_dev, os.lstat(link).st_ino, 0)
 
     reasons = {os.path.basename(o.action.path): (o.status, o.detail) for o in fix.apply(
         [remove(ok_file), replaced_action, link_action, remove(theirs), remove(mapped), remove(oddly_named)], machine)}

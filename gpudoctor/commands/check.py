@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from gpudoctor.commands.common import IO, UsageError, add_probe_options, load_snapshot, probe, replay, stream_is_unicode, use_color
+from gpudoctor.commands.common import IO, UsageError, add_probe_options, probe, replay, stream_is_unicode, use_color
 from gpudoctor.exitcodes import ExitCode
 
-HELP = "probe this machine (or replay a snapshot) and run the rules (default)"
 FORMATS = ("text", "json", "markdown")
 
 
 def configure(parser) -> None:
     add_probe_options(parser)
-    from gpudoctor.commands.cluster import SnapshotFiles
+    from gpudoctor.commands.common import SnapshotFiles
 
     parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE",
                         help="replay a snapshot saved by `gpudoctor snapshot` instead of probing; repeat it (one file per node) to check a cluster")

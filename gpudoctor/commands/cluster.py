@@ -16,7 +16,6 @@ a.json --snapshot b.json …``) runs the same rules on the files.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import socket
@@ -24,10 +23,9 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpudoctor.commands.common import IO, UsageError, stream_is_unicode, use_color
+from gpudoctor.commands.common import IO, SnapshotFiles, UsageError, stream_is_unicode, use_color
 from gpudoctor.exitcodes import ExitCode
 
-HELP = "check every node of a Ray cluster (or one snapshot file per node): per-node and cross-node rules"
 EPILOG = (
     "Over Ray: needs `pip install 'gpudoctor[ray]'` here and gpudoctor installed in every node's Python. "
     "Without Ray (Slurm, ssh): run `gpudoctor snapshot -o NODE.json` on each node, then "
@@ -38,16 +36,6 @@ EPILOG = (
 FORMATS = ("text", "json", "markdown")
 DEFAULT_TIMEOUT = 60.0
 RAY_MISSING = "gpudoctor cluster needs Ray: pip install 'gpudoctor[ray]' (or use --snapshot FILE per node)"
-
-
-class SnapshotFiles(argparse.Action):
-    """``--snapshot FILE``, repeatable: ``snapshot`` keeps the first file (one file: the single-node
-    path, unchanged), ``snapshots`` every file (several: a cluster, one file per node)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        files = list(getattr(namespace, "snapshots", None) or []) + [values]
-        namespace.snapshots = files
-        setattr(namespace, self.dest, files[0])
 
 
 def configure(parser) -> None:

@@ -24,6 +24,16 @@ class IO:
     stderr: TextIO
 
 
+class SnapshotFiles(argparse.Action):
+    """``--snapshot FILE``, repeatable: ``snapshot`` keeps the first file (one file: the single-node
+    path, unchanged), ``snapshots`` every file (several: a cluster, one file per node)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        files = list(getattr(namespace, "snapshots", None) or []) + [values]
+        namespace.snapshots = files
+        setattr(namespace, self.dest, files[0])
+
+
 def add_probe_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", "--debug", dest="verbose", action="store_true", help="show unknown rules and tracebacks")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="deadline for all probes together (default 10 s)")

@@ -7,7 +7,6 @@ import json
 from gpudoctor.commands.common import IO, UsageError
 from gpudoctor.exitcodes import ExitCode
 
-HELP = "show what differs between two snapshots (two machines), the differences that matter first"
 EPILOG = (
     "A and B are files written by `gpudoctor snapshot` (or the JSON of `check --format json` / `report --format json`). "
     "Differences that matter: driver, CUDA, torch, vLLM, flash-attn, GPU model and compute capability, "

@@ -15,7 +15,6 @@ import re
 from gpudoctor.commands.common import IO, UsageError, add_probe_options, load_snapshot, probe
 from gpudoctor.exitcodes import ExitCode
 
-HELP = "explain a rule, or the cause and fix of a pasted error (confirmed on this machine)"
 EPILOG = (
     "Exit codes: 0 a rule or signature explained, or the text matched a known error signature; "
     "1 the text matched no known signature; 2 usage error (no input, unreadable file, unknown rule ID)."

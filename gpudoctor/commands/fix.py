@@ -15,7 +15,6 @@ import sys
 from gpudoctor.commands.common import IO, UsageError, add_probe_options, probe
 from gpudoctor.exitcodes import ExitCode
 
-HELP = "stop stale serving processes you own and remove leftover shared memory, after asking"
 MAX_ROUNDS = 2
 
 

@@ -9,7 +9,6 @@ import time
 from gpudoctor.commands.common import IO, UsageError, add_probe_options, load_snapshot, probe, write_private
 from gpudoctor.exitcodes import ExitCode
 
-HELP = "write a redacted support report to paste into a GitHub issue (Markdown, JSON or a .tar.gz bundle)"
 EPILOG = (
     "Output: Markdown on stdout, or -o FILE (written readable by you only). --bundle writes a .tar.gz "
     "(report.md, report.json, snapshot.json, the log excerpt, nvidia-smi -q) named after -o, or "

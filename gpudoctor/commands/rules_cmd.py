@@ -7,8 +7,6 @@ import json
 from gpudoctor.commands.common import IO
 from gpudoctor.exitcodes import ExitCode
 
-HELP = "list the rule catalogue"
-
 
 def configure(parser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text")

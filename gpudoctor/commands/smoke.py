@@ -14,12 +14,11 @@ from gpudoctor import __version__
 from gpudoctor.commands.common import IO, UsageError, stream_is_unicode, use_color
 from gpudoctor.exitcodes import ExitCode
 
-HELP = "check a running OpenAI-compatible server: readiness, answers, streaming, tools, speculative decoding"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def configure(parser) -> None:
-    from gpudoctor.smoke.probe import DEFAULT_URL
+    from gpudoctor.smoke import DEFAULT_URL
 
     parser.add_argument("--url", default=DEFAULT_URL, help=f"the server's base URL, with or without /v1 (default {DEFAULT_URL})")
     parser.add_argument("--model", metavar="M", help="model to ask for (default: the first one /v1/models lists)")

@@ -5,8 +5,6 @@ from __future__ import annotations
 from gpudoctor.commands.common import IO, add_probe_options, probe, write_private
 from gpudoctor.exitcodes import ExitCode
 
-HELP = "save the facts of this machine as JSON"
-
 
 def configure(parser) -> None:
     add_probe_options(parser)

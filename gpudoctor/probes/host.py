@@ -7,7 +7,6 @@ to hash (gpudoctor/redact.py); they are never judged by a rule.
 from __future__ import annotations
 
 import os
-import platform
 import re
 from typing import Dict, Mapping, Optional
 
@@ -23,10 +22,10 @@ SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIA
 def collect(ctx) -> Dict[str, Fact]:
     facts: Dict[str, Fact] = {}
     facts["host.os"] = _os_release(ctx)
-    facts["host.hostname"] = ok(platform.node(), "uname") if ctx.live else _file_line(ctx, "/proc/sys/kernel/hostname")
+    facts["host.hostname"] = ok(os.uname().nodename, "uname") if ctx.live else _file_line(ctx, "/proc/sys/kernel/hostname")
     facts["host.user"] = _user(ctx)
-    facts["host.kernel"] = ok(platform.release(), "uname") if ctx.live else _file_line(ctx, "/proc/sys/kernel/osrelease")
-    facts["host.arch"] = ok(platform.machine(), "uname")
+    facts["host.kernel"] = ok(os.uname().release, "uname") if ctx.live else _file_line(ctx, "/proc/sys/kernel/osrelease")
+    facts["host.arch"] = ok(os.uname().machine, "uname")
     facts["host.glibc"] = _glibc()
     facts["host.cpus"] = _cpus(ctx)
     facts["host.memory_total"] = _meminfo(ctx, "MemTotal")

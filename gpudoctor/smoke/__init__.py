@@ -6,3 +6,6 @@ deadline, every body under a size cap, the API key sent to the given origin only
 and llama.cpp's metric names, ``probe`` runs the steps and turns what it measured into
 ``server.*`` facts, which the rules in ``rules/server.py`` judge like any other facts.
 """
+
+# Here, not in probe.py, so that `gpudoctor --help` need not import the HTTP client.
+DEFAULT_URL = "http://127.0.0.1:8000"

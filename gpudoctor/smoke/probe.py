@@ -49,11 +49,11 @@ from gpudoctor.smoke.client import (
     html_title,
     parse_json,
 )
+from gpudoctor.smoke import DEFAULT_URL
 from gpudoctor.smoke.text import degenerate
 from gpudoctor.snapshot import ABSENT, ERROR, NO_PERMISSION, NOT_SUPPORTED, OK, TIMEOUT, Fact
 
 SOURCE = "smoke"
-DEFAULT_URL = "http://127.0.0.1:8000"
 STEP_FACTS = (
     "server.models",
     "server.known_answer",
