@@ -83,9 +83,10 @@ def _mib(text: str) -> int:
     return int(number) * MIB
 
 
-@pytest.fixture(scope="module")
-def h200() -> Snapshot:
-    return Snapshot.load(str(SNAPSHOTS / "h200.json"))
+@pytest.fixture(scope="module", params=["h200.json", "h200-full.json"])
+def h200(request) -> Snapshot:
+    """The first recording (driver and GPU probes) and a later one with every probe."""
+    return Snapshot.load(str(SNAPSHOTS / request.param))
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +260,7 @@ def _check(snapshot: str, *extra: str):
     return code, json.loads(out.getvalue()), err.getvalue()
 
 
-@pytest.mark.parametrize("name", ["h200.json", "h200x2.json"])
+@pytest.mark.parametrize("name", ["h200.json", "h200-full.json", "h200x2.json"])
 def test_check_on_healthy_h200_exits_0_with_nothing_to_report(name):
     code, doc, err = _check(name, "--fail-on", "warning")
     assert code == 0, doc["findings"]
