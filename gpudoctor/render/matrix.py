@@ -22,8 +22,8 @@ from gpudoctor.cluster import (
     spreads,
 )
 from gpudoctor.render.headlines import context
-from gpudoctor.render.text import ASCII, STYLES, UNICODE, Line
-from gpudoctor.rule import AREA_TITLES, NOT_APPLICABLE, PASS, SEVERITY_RANK, UNKNOWN
+from gpudoctor.render.text import ASCII, STYLES, UNICODE, Line, area_counts, area_state, finding_lines
+from gpudoctor.rule import AREA_TITLES, NOT_APPLICABLE, PASS, UNKNOWN
 from gpudoctor.snapshot import Snapshot, gib
 
 SCHEMA_VERSION = 1
@@ -243,47 +243,16 @@ def _table(result: ClusterResult, unicode: bool) -> List[Line]:
     return lines
 
 
-def _finding_lines(finding, glyphs, show_subject: bool = True) -> List[Line]:
-    style = STYLES[finding.severity]
-    subject = f" [{finding.subject}]" if finding.subject and show_subject else ""
-    out: List[Line] = [[(f"    {glyphs[finding.severity]} {finding.rule_id} {finding.name}{subject}: ", style), (finding.message, "")]]
-    for item in finding.evidence:
-        value = item.value if isinstance(item.value, str) else repr(item.value)
-        out.append([(f"        {item.path} = ", "dim"), (value if len(value) <= 160 else value[:159] + "…", "")])
-    if finding.fix:
-        out.append([("      fix: ", "bold"), (finding.fix.summary, "")])
-        for command in finding.fix.commands:
-            out.append([("        $ ", "dim"), (command, "cyan")])
-    out.append([(f"      more: gpudoctor explain {finding.rule_id}", "dim")])
-    return out
-
-
-def _state(findings, outcomes) -> str:
-    if findings:
-        return max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__)
-    if any(o.status == PASS for o in outcomes):
-        return PASS
-    if any(o.status == UNKNOWN for o in outcomes):
-        return UNKNOWN
-    return NOT_APPLICABLE
-
-
-def _passed(outcomes) -> str:
-    passed = sum(o.status == PASS for o in outcomes)
-    unknown = sum(o.status == UNKNOWN for o in outcomes)
-    return f"({passed}/{len(outcomes)} passed" + (f", {unknown} unknown" if unknown else "") + ")"
-
-
 def build(result: ClusterResult, fail_on: str, verbose: bool = False, unicode: bool = True) -> List[Line]:
     glyphs = UNICODE if unicode else ASCII
     lines: List[Line] = [[(f"gpudoctor {__version__}", "bold"), (f"  cluster of {_nodes_line(result)}", "dim")], []]
     lines.extend(_table(result, unicode))
     cluster_outcomes = result.cluster.outcomes
     cluster_findings = result.cluster_findings
-    state = _state(cluster_findings, cluster_outcomes)
-    lines.append([(f"{glyphs[state]} ", STYLES[state]), (f"{'Across nodes':<20}", "bold"), (_passed(cluster_outcomes), "dim")])
+    state = area_state(cluster_outcomes, cluster_findings)
+    lines.append([(f"{glyphs[state]} ", STYLES[state]), (f"{'Across nodes':<20}", "bold"), (area_counts(cluster_outcomes), "dim")])
     for finding in cluster_findings:
-        lines.extend(_finding_lines(finding, glyphs))
+        lines.extend(finding_lines(finding, glyphs))
     if verbose:
         lines.extend(_quiet_outcomes(cluster_outcomes, glyphs))
     for name in result.names:
@@ -296,12 +265,12 @@ def build(result: ClusterResult, fail_on: str, verbose: bool = False, unicode: b
         node_result = result.per_node.get(name)
         findings = node_result.findings if node_result else []
         outcomes = node_result.outcomes if node_result else []
-        state = _state(findings, outcomes)
+        state = area_state(outcomes, findings)
         lines.append([(f"{glyphs[state]} ", STYLES[state]), (f"Node {name}{role}", "bold"),
-                      (f"  {context(node_result.snapshot) if node_result else ''}", "dim"), (f"  {_passed(outcomes)}", "dim")])
+                      (f"  {context(node_result.snapshot) if node_result else ''}", "dim"), (f"  {area_counts(outcomes)}", "dim")])
         for finding in findings:
             area = AREA_TITLES.get(finding.area, finding.area)
-            lines.extend(_finding_lines(finding, glyphs))
+            lines.extend(finding_lines(finding, glyphs))
             lines[-1] = lines[-1] + [(f"  ({area})", "dim")]
         if verbose:
             lines.extend(_quiet_outcomes(outcomes, glyphs))

@@ -32,8 +32,8 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
             continue
         if not verbose and all(o.status == NOT_APPLICABLE for o in outcomes):
             continue  # e.g. the cluster area on one machine, the server area without --smoke
-        state = _area_state(outcomes)
-        counts = _area_counts(outcomes)
+        state = area_state(outcomes)
+        counts = area_counts(outcomes)
         lines.append(
             [
                 (f"{glyphs[state]} ", STYLES[state]),
@@ -44,7 +44,7 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
         )
         for outcome in outcomes:
             for finding in sorted(outcome.findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.subject)):
-                lines.extend(_finding_lines(finding, glyphs))
+                lines.extend(finding_lines(finding, glyphs))
             if verbose and outcome.status in (UNKNOWN, NOT_APPLICABLE):
                 lines.append(
                     [
@@ -57,8 +57,9 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
     return lines
 
 
-def _area_state(outcomes) -> str:
-    findings = [f for o in outcomes for f in o.findings]
+def area_state(outcomes, findings=None) -> str:
+    """The worst severity found, else pass / unknown / not applicable; shared with render/matrix.py."""
+    findings = [f for o in outcomes for f in o.findings] if findings is None else findings
     if findings:
         return max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__)
     if any(o.status == PASS for o in outcomes):
@@ -68,7 +69,7 @@ def _area_state(outcomes) -> str:
     return NOT_APPLICABLE
 
 
-def _area_counts(outcomes) -> str:
+def area_counts(outcomes) -> str:
     passed = sum(o.status == PASS for o in outcomes)
     unknown = sum(o.status == UNKNOWN for o in outcomes)
     parts = [f"{passed}/{len(outcomes)} passed"]
@@ -77,9 +78,9 @@ def _area_counts(outcomes) -> str:
     return "(" + ", ".join(parts) + ")"
 
 
-def _finding_lines(finding, glyphs) -> List[Line]:
+def finding_lines(finding, glyphs, show_subject: bool = True) -> List[Line]:
     style = STYLES[finding.severity]
-    subject = f" [{finding.subject}]" if finding.subject else ""
+    subject = f" [{finding.subject}]" if finding.subject and show_subject else ""
     out: List[Line] = [
         [(f"    {glyphs[finding.severity]} {finding.rule_id} {finding.name}{subject}: ", style), (finding.message, "")]
     ]
