@@ -202,7 +202,8 @@ def requirement_not_satisfied(snap):
     leaves a stack that imports with "undefined symbol: _ZN3c10…" or misbehaves. This is
     `pip check` limited to the stack (torch, torchvision, torchaudio, vllm, flashinfer,
     flash-attn*, xformers, triton, transformers), evaluated with the target interpreter's
-    markers; requirements of extras are not checked.
+    markers; requirements of extras are not checked. vLLM's own pins on torch and the
+    kernel packages are reported by GD510, not here, so that they come once.
 
     ## Fix
     Install what the requirement asks for, e.g. `python -m pip install 'torch==2.11.0'`,
@@ -218,6 +219,10 @@ def requirement_not_satisfied(snap):
     stack = snap.value("packages.stack") or {}
     fails = []
     for owner, items in sorted(unmet.items()):
+        if owner == "vllm":  # vLLM's binary pins (torch, flashinfer, …) are GD510's: reported once, there
+            items = [item for item in items if not BINARY_BOUND.match(item["name"])]
+            if not items:
+                continue
         owner_version = (stack.get(owner) or {}).get("version", "?")
         parts = []
         for item in items:
@@ -319,9 +324,12 @@ def distribution_files_missing(snap):
     - research/facts.md §3.3 (FA2 and FA4 writing into the same `flash_attn` directory).
     """
     fails = []
+    namespace = snap.value("flash_attn.namespace") or {}
     for name, entry in sorted((snap.value("packages.stack") or {}).items()):
         if not isinstance(entry, dict) or not entry.get("missing_count"):
             continue
+        if name == "flash-attn-4" and namespace.get("importable") is not None and not namespace.get("cute"):
+            continue  # its flash_attn/cute is gone: GD403 reports that once, with the cause
         shown = ", ".join(entry.get("missing", [])[:5])
         more = entry["missing_count"] - min(5, len(entry.get("missing", [])))
         fails.append(

@@ -56,7 +56,7 @@ SIGNATURES = (
             "vllm-project/vllm#19906", "vllm-project/vllm#14452", "vllm-project/vllm#16307",
             "vllm-project/vllm#4604", "vllm-project/vllm#11485", "gpustack/gpustack#2097", "pytorch/pytorch#31285",
         ],
-        "confirm_rules": ["GD201", "GD502", "GD4:arch|kernel|capab|sass|ptx"],
+        "confirm_rules": ["GD201", "GD502", "GD401", "GD4:arch|kernel|capab|sass|ptx"],
         "facts": ["gpu.*.name", "gpu.*.compute_capability", "torch.version", "torch.cuda", "env.TORCH_CUDA_ARCH_LIST"],
     },
     {
@@ -86,7 +86,7 @@ SIGNATURES = (
             "Dao-AILab/flash-attention#975", "Dao-AILab/flash-attention#784", "Dao-AILab/flash-attention#931",
             "Dao-AILab/flash-attention#966", "Dao-AILab/flash-attention#1816",
         ],
-        "confirm_rules": ["GD4:torch|abi|symbol|build|mismatch"],
+        "confirm_rules": ["GD404", "GD4:torch|abi|symbol|build|mismatch"],
         "facts": ["torch.version", "torch.cuda", "flash_attn.*"],
     },
     {
@@ -113,7 +113,7 @@ SIGNATURES = (
             "vllm-project/vllm#13608", "vllm-project/vllm#5501", "vllm-project/vllm#15010",
             "vllm-project/vllm#20361", "vllm-project/vllm#21226", "vllm-project/vllm#28199",
         ],
-        "confirm_rules": ["GD503", "GD5:abi|symbol"],
+        "confirm_rules": ["GD510", "GD503", "GD5:abi|symbol"],
         "facts": ["torch.version", "torch.cuda", "vllm.*", "packages.stack"],
     },
     {
@@ -129,7 +129,7 @@ SIGNATURES = (
         "fix": "Reinstall the extension built for this torch, or rebuild it with --no-build-isolation against it.",
         "commands": ["python3 -m pip list 2>/dev/null | grep -iE '^(torch|xformers|flashinfer|flash.attn)'"],
         "sources": ["research/facts.md §7", "Dao-AILab/flash-attention#853", "vllm-project/vllm#3630"],
-        "confirm_rules": ["GD503", "GD4:torch|abi|symbol"],
+        "confirm_rules": ["GD510", "GD503", "GD404", "GD4:torch|abi|symbol"],
         "facts": ["torch.version", "torch.cuda"],
     },
     {
@@ -317,7 +317,7 @@ SIGNATURES = (
             "Dao-AILab/flash-attention#762", "Dao-AILab/flash-attention#1485", "vllm-project/vllm#8189",
             "vllm-project/vllm#13766", "vllm-project/vllm#15853", "hiyouga/LlamaFactory#3508",
         ],
-        "confirm_rules": ["GD4:arch|capab|ampere|support", "GD3:capab"],
+        "confirm_rules": ["GD401", "GD4:arch|capab|ampere|support", "GD3:capab"],
         "facts": ["gpu.*.name", "gpu.*.compute_capability", "env.VLLM_FLASH_ATTN_VERSION", "env.VLLM_ATTENTION_BACKEND"],
     },
     {
@@ -338,7 +338,7 @@ SIGNATURES = (
             "vllm-project/vllm#42675", "vllm-project/vllm#42679", "vllm-project/vllm#32974",
             "ai-bond/flash-attention-v100#29", "vllm-project/vllm-ascend#5563",
         ],
-        "confirm_rules": ["GD505", "GD4:fa4|namespace|ops|cute|variant|collision|conflict|coexist"],
+        "confirm_rules": ["GD403", "GD401", "GD505", "GD4:fa4|namespace|ops|cute|variant|collision|conflict|coexist"],
         "facts": ["flash_attn.*", "vllm.*", "packages.stack"],
     },
     {
@@ -356,7 +356,7 @@ SIGNATURES = (
             "python3 -m pip install --force-reinstall --no-deps 'flash-attn-4==4.0.0b36'",
         ],
         "sources": ["Dao-AILab/flash-attention#2310", "vllm-project/vllm#32974", "PrimeIntellect-ai/prime-rl#1949"],
-        "confirm_rules": ["GD505", "GD4:fa4|namespace|ops|cute|variant|collision|conflict|coexist"],
+        "confirm_rules": ["GD403", "GD402", "GD505", "GD4:fa4|namespace|ops|cute|variant|collision|conflict|coexist"],
         "facts": ["flash_attn.*", "packages.stack"],
     },
     {

@@ -441,7 +441,7 @@ def test_cli_rule_and_signature_lookup_still_work():
 def test_vllm_undefined_symbol_is_confirmed_by_the_real_package_probe(tmp_path):
     """The brief's "this machine: X built for torch A, torch B installed -> that is it", end to end:
     the Python-environment probe reads a site-packages where vLLM pins torch 2.8.0 and torch 2.9.0
-    is installed, and GD503 confirms the undefined-symbol error pasted from vllm-project/vllm#20361."""
+    is installed, and GD510 confirms the undefined-symbol error pasted from vllm-project/vllm#20361."""
     from gpudoctor.probes import pyenv
 
     def dist(name, version, requires=()):
@@ -460,8 +460,8 @@ def test_vllm_undefined_symbol_is_confirmed_by_the_real_package_probe(tmp_path):
     (match,) = explain.match_text(text_of("vllm-project/vllm#20361"))
     conf = explain.confirm(match.signature, snap)
     assert conf.verdict == "confirmed"
-    (check,) = conf.of_kind("confirmed")
-    assert check.rule == "GD503" and check.text.startswith("vllm 0.11.0 requires torch==2.8.0, 2.9.0 is installed")
+    (check,) = conf.of_kind("confirmed")  # GD510 owns vLLM's torch pin (GD503 leaves it out: reported once)
+    assert check.rule == "GD510" and check.text.startswith("vllm 0.11.0 (origin not read) is built against torch==2.8.0 (2.9.0 is installed)")
 
 
 @pytest.mark.parametrize(

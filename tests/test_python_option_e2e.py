@@ -82,11 +82,13 @@ def test_broken_environment_end_to_end(broken_venv):
     assert fa["subject"] == "flash-attn / GPU 0" and fa["severity"] == "error"
     assert f"{FA2_SO} (sm_86)" in fa["message"] and "no kernel image is available" in fa["message"]
 
-    # vLLM pins torch==2.11.0; torchaudio pins it too.
+    # vLLM pins torch==2.11.0 (GD510 reports vLLM's binary pins, once); torchaudio pins it too (GD503).
     pins = {f["subject"]: f for f in findings(doc, "GD503")}
-    assert pins["vllm"]["message"] == "vllm 0.20.0 requires torch==2.11.0, 2.10.0 is installed"
-    assert pins["vllm"]["fix"]["commands"][0] == f"{broken_venv} -m pip install torch==2.11.0"
-    assert "torchaudio" in pins
+    assert "vllm" not in pins and "torchaudio" in pins
+    [vllm] = findings(doc, "GD510")
+    assert vllm["message"].startswith("vllm 0.20.0 (from a package index (PyPI or a wheel index)) is built against "
+                                      "torch==2.11.0 (2.10.0 is installed)")
+    assert vllm["fix"]["commands"][0] == f"{broken_venv} -m pip install torch==2.11.0"
 
     # torch itself has sm_80 code, vLLM's binaries too.
     assert outcome(doc, "GD502")["status"] == "pass"
@@ -131,7 +133,12 @@ def test_other_python_versions_run_the_probe(tmp_path, base):
     _, doc = check_json(python)
     assert doc["snapshot"]["facts"]["python.version"]["value"].startswith(version)
     assert [f["subject"] for f in findings(doc, "GD201")] == ["flash-attn / GPU 0"]
-    assert [f["subject"] for f in findings(doc, "GD503")] == ["torchaudio", "vllm"]
+    assert [f["subject"] for f in findings(doc, "GD503")] == ["torchaudio"]
+    assert [f["subject"] for f in findings(doc, "GD510")] == ["vllm"]
+    # the flash-attn and vLLM collectors ran in that interpreter too
+    facts = doc["snapshot"]["facts"]
+    assert [v["dist"] for v in facts["flash_attn.variants"]["value"]] == ["flash-attn"]
+    assert facts["vllm.build"]["value"]["origin"] == "index"
 
 
 def test_bad_input_in_the_environment_never_crashes(tmp_path):
@@ -239,4 +246,9 @@ def test_snapshot_command_takes_python_and_gpu(broken_venv, tmp_path):
     # Replaying it reproduces the findings: the sm_86 flash-attn runs on 8.6, the pin is still wrong.
     doc = json.loads(gd("check", "--snapshot", str(out), "--format", "json").stdout)
     assert findings(doc, "GD201") == []
-    assert [f["subject"] for f in findings(doc, "GD503")] == ["torchaudio", "vllm"]
+    assert [f["subject"] for f in findings(doc, "GD503")] == ["torchaudio"]
+    assert [f["subject"] for f in findings(doc, "GD510")] == ["vllm"]
+    # the flash-attn and vLLM collectors ran in that interpreter too
+    facts = doc["snapshot"]["facts"]
+    assert [v["dist"] for v in facts["flash_attn.variants"]["value"]] == ["flash-attn"]
+    assert facts["vllm.build"]["value"]["origin"] == "index"

@@ -28,6 +28,7 @@ class Context:
     debug: List[str] = field(default_factory=list)
     port: int = 8000  # the serving port whose listeners probes.processes reports
     python: Optional[str] = None  # --python: probe that interpreter's environment (probes.pystack)
+    deep: bool = False  # --deep: also import the stack's extensions in a child interpreter (probes.deep)
 
     @property
     def live(self) -> bool:
@@ -46,9 +47,9 @@ class Context:
 
 
 def default_probes() -> List[Tuple[str, Probe]]:
-    from gpudoctor.probes import cuda, driver, gpus, host, processes, pystack
+    from gpudoctor.probes import cuda, deep, driver, gpus, host, processes, pystack
 
-    return [("host", host.collect), ("driver", driver.collect), ("gpus", gpus.collect), ("python", pystack.collect), ("processes", processes.collect), ("cuda", cuda.collect)]
+    return [("host", host.collect), ("driver", driver.collect), ("gpus", gpus.collect), ("python", pystack.collect), ("processes", processes.collect), ("cuda", cuda.collect), ("deep", deep.collect)]
 
 
 def collect(ctx: Optional[Context] = None, probes: Optional[List[Tuple[str, Probe]]] = None) -> Snapshot:

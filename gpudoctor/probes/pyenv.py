@@ -609,11 +609,16 @@ def torch_arch_list(torch_dir: Optional[str], binaries: List[Dict[str, Any]]) ->
 
 
 def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
-                  scanner: Optional[Callable[[str], Any]] = None) -> Dict[str, Any]:
+                  scanner: Optional[Callable[[str], Any]] = None,
+                  extras: Optional[List[Callable[[Dict[str, Any]], Dict[str, Any]]]] = None,
+                  options: Optional[Dict[str, Any]] = None, environ: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """All facts of this interpreter's environment as plain JSON-able dicts ``{path: fact}``.
 
     ``record``: "stack" (RECORD vs disk for the inference stack), "all" or "none".
     ``scanner``: the fatbin reader's ``scan``; without it binaries are listed, not scanned.
+    ``extras``: more stdlib-only collectors (probes.flash_attn, probes.vllm_build), each called
+    with what was read here (paths, dists, editable, facts, options, environ); one that raises
+    turns its ``FACT_KEYS`` into error facts.
     """
     paths = search_paths() if paths is None else list(paths)
     facts: Dict[str, Dict[str, Any]] = {}
@@ -658,18 +663,34 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     facts["kernels.binaries"] = fact(binaries, source="fatbin", detail="; ".join(found["notes"]))
     torch_dir = facts.get("torch.path", {}).get("value")
     facts["torch.arch_list"] = torch_arch_list(torch_dir, binaries)
+    if extras:
+        ctx = {"paths": paths, "dists": first, "editable": editable, "facts": facts, "options": options or {},
+               "environ": dict(os.environ) if environ is None else environ}
+        for extra in extras:
+            try:
+                facts.update(extra(ctx))
+            except Exception as exc:  # one collector's bug must not cost the other facts
+                module = sys.modules.get(getattr(extra, "__module__", ""))
+                for key in getattr(module, "FACT_KEYS", ()) or (f"probe.{getattr(extra, '__module__', 'extra')}",):
+                    facts[key] = fact(None, "error", getattr(extra, "__module__", "extra"), f"{type(exc).__name__}: {exc}")
     return facts
 
 
-def main(argv: Optional[List[str]] = None, scanner: Optional[Callable[[str], Any]] = None) -> int:
-    """Script form (``python -I -c <bootstrap> PYTHONPATH RECORD``): print the facts as JSON on stdout."""
+def main(argv: Optional[List[str]] = None, scanner: Optional[Callable[[str], Any]] = None,
+         extras: Optional[List[Callable[[Dict[str, Any]], Dict[str, Any]]]] = None) -> int:
+    """Script form (``python -I -c <bootstrap> PYTHONPATH RECORD [OPTIONS-JSON]``): print the facts as JSON on stdout."""
     import json
 
     args = list(sys.argv[1:] if argv is None else argv)
     pythonpath = args[0] if args else ""
     record = args[1] if len(args) > 1 else "stack"
     try:
-        out: Dict[str, Any] = {"facts": collect_plain(search_paths(pythonpath), record, scanner)}
+        options = json.loads(args[2]) if len(args) > 2 else {}
+    except ValueError:
+        options = {}
+    try:
+        out: Dict[str, Any] = {"facts": collect_plain(search_paths(pythonpath), record, scanner, extras,
+                                                      options if isinstance(options, dict) else {})}
     except Exception as exc:  # the doctor turns this into an error fact
         out = {"error": f"{type(exc).__name__}: {exc}"}
     sys.stdout.write(json.dumps(out, default=str))

@@ -1,10 +1,11 @@
 """The Python stack probe: torch, the installed distributions and the stack's CUDA kernels.
 
 Without ``--python`` it reads this interpreter's environment in-process. With
-``--python PATH`` it runs the same code (pyenv.py and fatbin.py, both stdlib-only) inside
-that interpreter — ``PATH -I -c <bootstrap>`` with a timeout, through gpudoctor.runner — and
-reads the JSON it prints, so one pipx-installed gpudoctor serves every venv. Nothing from
-gpudoctor is imported there, and neither torch nor any extension: the child reads files.
+``--python PATH`` it runs the same code (pyenv.py and fatbin.py, plus the flash-attn and vLLM
+collectors flash_attn.py and vllm_build.py, all stdlib-only) inside that interpreter —
+``PATH -I -c <bootstrap>`` with a timeout, through gpudoctor.runner — and reads the JSON it
+prints, so one pipx-installed gpudoctor serves every venv. Nothing from gpudoctor is imported
+there, and neither torch nor any extension: the child reads files.
 
 ``-I`` drops PYTHONPATH and the user site; the bootstrap adds PYTHONPATH back (passed as an
 argument) and pyenv.search_paths the user site outside venvs, so the path is the one a
@@ -18,7 +19,7 @@ import os
 from typing import Any, Dict, Optional
 
 from gpudoctor import runner
-from gpudoctor.probes import fatbin, pyenv
+from gpudoctor.probes import fatbin, flash_attn, pyenv, vllm_build
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
@@ -37,9 +38,23 @@ def _load(name, source):
     sys.modules[name] = module
     exec(compile(source, "<gpudoctor " + name + ">", "exec"), module.__dict__)
     return module
+def _lazy(name, source, dists, dirs, empty):
+    # Compiled only when the environment has what it looks at (dists, or directories on the path).
+    def collect(ctx):
+        import os
+        found = any(d in (ctx.get("dists") or {{}}) for d in dists) or any(
+            d in (ctx.get("editable") or {{}}) or any(os.path.isdir(os.path.join(p, d)) for p in ctx.get("paths") or [])
+            for d in dirs)
+        if not found:
+            import json
+            return json.loads(empty)
+        return _load(name, source).collect_plain(ctx)
+    collect.__module__ = name
+    return collect
 _fatbin = _load("gpudoctor_fatbin", {fatbin})
 _pyenv = _load("gpudoctor_pyenv", {pyenv})
-sys.exit(_pyenv.main(sys.argv[1:], scanner=_fatbin.scan))
+_extras = [_lazy("gpudoctor_flash_attn", {flash_attn}, {fa_gate}), _lazy("gpudoctor_vllm_build", {vllm_build}, {vb_gate})]
+sys.exit(_pyenv.main(sys.argv[1:], scanner=_fatbin.scan, extras=_extras))
 """
 
 
@@ -53,14 +68,32 @@ def _source(module) -> str:
 
 
 def bootstrap() -> str:
-    """The ``-c`` program: fatbin.py and pyenv.py as two modules, then pyenv.main."""
-    return _BOOTSTRAP.format(fatbin=ascii(_source(fatbin)), pyenv=ascii(_source(pyenv)))
+    """The ``-c`` program: fatbin.py, pyenv.py, flash_attn.py and vllm_build.py as modules, then pyenv.main."""
+    return _BOOTSTRAP.format(fatbin=ascii(_source(fatbin)), pyenv=ascii(_source(pyenv)),
+                             flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)),
+                             fa_gate=_gate(flash_attn), vb_gate=_gate(vllm_build))
+
+
+def _gate(module) -> str:
+    """``dists, dirs, empty-facts JSON`` of a collector, as Python literals for the bootstrap."""
+    return ", ".join((ascii(tuple(module.TRIGGER_DISTS)), ascii(tuple(module.TRIGGER_DIRS)), ascii(json.dumps(module.empty_facts()))))
+
+
+def probe_options() -> Dict[str, Any]:
+    """What the stdlib collectors should look for in vLLM: the known-fix markers and merge
+    commits of rules/advisories.py (the one place that knowledge lives)."""
+    try:
+        from gpudoctor_rules import advisories
+    except ImportError:  # a broken install: collect the rest
+        return {}
+    return advisories.probe_options()
 
 
 def collect(ctx) -> Dict[str, Fact]:
     python = getattr(ctx, "python", None)
     if not python:
-        plain = pyenv.collect_plain(None, "stack", fatbin.scan)
+        plain = pyenv.collect_plain(None, "stack", fatbin.scan, [flash_attn.collect_plain, vllm_build.collect_plain],
+                                    probe_options, dict(ctx.environ))  # options: called only when vLLM is installed
         return _facts(plain, "")
     return collect_other(python, ctx.environ, ctx.timeout)
 
@@ -69,7 +102,7 @@ def collect_other(python: str, environ, timeout: float) -> Dict[str, Fact]:
     """Run the probe inside ``python`` and return its facts (or error facts saying why not)."""
     limit = min(max(timeout * CHILD_SHARE, 0.5), CHILD_MAX_S)
     program = bootstrap()
-    args = [environ.get("PYTHONPATH", ""), "stack"]
+    args = [environ.get("PYTHONPATH", ""), "stack", json.dumps(probe_options())]
     if len(program) < ARG_MAX:
         done = runner.run([python, "-I", "-c", program] + args, timeout=limit, env=environ)
     else:  # too long for one argv string (Linux MAX_ARG_STRLEN is 128 KiB): a private temp file
@@ -119,6 +152,9 @@ def _failed(python: str, status: str, detail: str, source: str) -> Dict[str, Fac
         "packages.dists": fact,
         "packages.stack": fact,
         "kernels.binaries": fact,
+        "flash_attn.variants": fact,
+        "flash_attn.namespace": fact,
+        "vllm.build": fact,
     }
 
 

@@ -1,0 +1,121 @@
+"""``--deep``: load the stack's compiled extensions in a child interpreter, with a timeout.
+
+Reading files says a flash-attn or vLLM binary *looks* built for another torch (its wheel
+tag, its NEEDED libraries, c10 symbols that libc10 does not export); loading it says for
+sure. The doctor never does that in its own process (design.md non-negotiable 1): the
+interpreter of the environment (``--python`` or this one) runs a short program with ``-I``
+through gpudoctor.runner — it imports torch (as the extension's users do: the extensions
+link against torch's libraries), then loads each extension file directly with
+``ExtensionFileLoader`` (not ``import vllm``, whose ``__init__`` would run vLLM's code), and
+prints one JSON line. Each outcome (ok, or the ImportError text with the undefined symbol
+picked out) becomes a fact:
+
+- ``flash_attn.import_check``: flash_attn_2_cuda, flash_attn_3._C / flash_attn_3_cuda;
+- ``vllm.import_check``: vllm/_C.
+
+Without ``--deep`` both facts say "not run"; with it and nothing to load, "absent".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any, Dict, List
+
+from gpudoctor import runner
+from gpudoctor.snapshot import ABSENT, ERROR, NOT_SUPPORTED, TIMEOUT, Fact, missing, ok
+
+CHILD_SHARE = 0.8
+CHILD_MAX_S = 120.0
+
+# Runs in the environment's interpreter under -I. argv: PYTHONPATH. Python 3.8-compatible.
+PROGRAM = r"""
+import glob, importlib.machinery, importlib.util, json, os, sys
+extra = [p for p in sys.argv[1].split(os.pathsep) if p]
+sys.path[0:0] = [p for p in extra if p not in sys.path]
+out = {"torch": None, "extensions": []}
+try:
+    import torch
+    out["torch"] = {"status": "ok", "version": str(getattr(torch, "__version__", "?"))}
+except BaseException as exc:
+    out["torch"] = {"status": "error", "error": ("%s: %s" % (type(exc).__name__, exc))[:2000]}
+found = []
+def locate(name):
+    try:
+        spec = importlib.util.find_spec(name)
+    except BaseException:
+        return None
+    return spec
+spec = locate("flash_attn_2_cuda")
+if spec is not None and spec.origin:
+    found.append(("flash_attn", "flash_attn_2_cuda", spec.origin))
+spec = locate("flash_attn_3_cuda")
+if spec is not None and spec.origin:
+    found.append(("flash_attn", "flash_attn_3_cuda", spec.origin))
+for package, module, group in (("flash_attn_3", "flash_attn_3._C", "flash_attn"), ("vllm", "vllm._C", "vllm")):
+    spec = locate(package)
+    for where in list(getattr(spec, "submodule_search_locations", None) or [])[:1]:
+        for path in sorted(glob.glob(os.path.join(where, "_C.*so")))[:1]:
+            found.append((group, module, path))
+for group, module, path in found:
+    entry = {"group": group, "module": module, "path": path}
+    try:
+        loader = importlib.machinery.ExtensionFileLoader(module, path)
+        loaded = importlib.util.spec_from_file_location(module, path, loader=loader)
+        loader.exec_module(importlib.util.module_from_spec(loaded))
+        entry["status"] = "ok"
+    except BaseException as exc:
+        entry["status"] = "error"
+        entry["error"] = ("%s: %s" % (type(exc).__name__, exc))[:2000]
+    out["extensions"].append(entry)
+sys.stdout.write(json.dumps(out) + "\n")
+"""
+
+_UNDEFINED = re.compile(r"undefined symbol:?\s*([\w.@$]+)")
+
+
+def _not_run(detail: str, status: str = NOT_SUPPORTED) -> Dict[str, Fact]:
+    fact = missing(status, detail, "--deep")
+    return {"flash_attn.import_check": fact, "vllm.import_check": fact}
+
+
+def collect(ctx) -> Dict[str, Fact]:
+    if not getattr(ctx, "deep", False):
+        return _not_run("not run (use --deep to load the extensions in a child interpreter)")
+    if not ctx.live and not getattr(ctx, "python", None):
+        return _not_run("not run: --root is not this machine")
+    python = getattr(ctx, "python", None) or sys.executable
+    limit = min(max(ctx.timeout * CHILD_SHARE, 1.0), CHILD_MAX_S)
+    done = runner.run([python, "-I", "-c", PROGRAM, ctx.environ.get("PYTHONPATH", "")], timeout=limit, env=ctx.environ)
+    source = f"{python} -I (--deep)"
+    if done.status == "timeout":
+        return _not_run(f"{python} did not finish importing within {limit:g} s", TIMEOUT)
+    if done.status != "ok":
+        return _not_run(f"the import check could not run: {done.detail}", ERROR)
+    try:
+        data = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return _not_run(f"the import check printed no JSON: {done.stdout.strip()[:120]!r}", ERROR)
+    if not isinstance(data, dict) or not isinstance(data.get("extensions"), list):
+        return _not_run("the import check printed unexpected JSON", ERROR)
+    return {
+        "flash_attn.import_check": _group(data, "flash_attn", source),
+        "vllm.import_check": _group(data, "vllm", source),
+    }
+
+
+def _group(data: Dict[str, Any], group: str, source: str) -> Fact:
+    items: List[Dict[str, Any]] = []
+    for entry in data["extensions"]:
+        if not isinstance(entry, dict) or entry.get("group") != group:
+            continue
+        item = {k: entry.get(k) for k in ("module", "path", "status", "error") if entry.get(k) is not None}
+        match = _UNDEFINED.search(str(entry.get("error") or ""))
+        if match:
+            item["undefined_symbol"] = match.group(1)
+        items.append(item)
+    if not items:
+        return missing(ABSENT, f"no {group} extension to load", source)
+    torch = data.get("torch") if isinstance(data.get("torch"), dict) else {}
+    return ok({"torch": torch, "extensions": items}, source)
