@@ -1,6 +1,6 @@
 """The derived snapshots in tests/fixtures/snapshots/ are exactly what derive.py makes.
 
-derive.py changes a real H200 recording into an A100 / RTX 4090 / T4 / mixed machine using
+derive.py changes a real H200 recording into an A100 / 2× A100-40GB / RTX 4090 / T4 / mixed machine using
 public specs only. If derive.py or a recording changes, the committed JSON must be
 regenerated (``python3 tests/fixtures/snapshots/derive.py``); this test says so instead of
 letting a stale fixture pass for a machine it no longer describes.
@@ -33,8 +33,8 @@ DERIVE = _derive_module()
 DERIVED = DERIVE.derive_all()
 
 
-def test_derives_the_four_machines():
-    assert sorted(DERIVED) == ["a100.json", "mixed.json", "rtx4090.json", "t4.json"]
+def test_derives_the_five_machines():
+    assert sorted(DERIVED) == ["a100.json", "a100x2-40gb.json", "mixed.json", "rtx4090.json", "t4.json"]
 
 
 @pytest.mark.parametrize("name", sorted(DERIVED))
@@ -102,6 +102,16 @@ def test_derived_values_are_the_cited_specs():
     assert t4.value("driver.kernel_module_type") == "proprietary"
     assert t4.get("gpu.0.remapped_rows").status == "not_supported"
 
+    pair = Snapshot.load(str(SNAPSHOTS / "a100x2-40gb.json"))
+    assert pair.value("gpu.count") == 2
+    for i in (0, 1):
+        assert (pair.value(f"gpu.{i}.name"), pair.value(f"gpu.{i}.compute_capability")) == ("NVIDIA A100-PCIE-40GB", "8.0")
+        assert (pair.value(f"gpu.{i}.memory_total"), pair.value(f"gpu.{i}.memory_reserved")) == (40960 * mib, 605 * mib)
+        assert pair.get(f"gpu.{i}.nvlink_active").status == "not_supported"
+    busy = Snapshot.load(str(SNAPSHOTS / "h200x2-busy.json"))
+    assert pair.value("gpu.1.memory_used") == busy.value("gpu.1.memory_used")  # the recorded holder is kept
+    assert pair.value("gpu.1.processes") == busy.value("gpu.1.processes")
+
     mixed = Snapshot.load(str(SNAPSHOTS / "mixed.json"))
     assert mixed.value("gpu.count") == 2
     assert [mixed.value(f"gpu.{i}.compute_capability") for i in (0, 1)] == ["8.0", "8.9"]
@@ -114,6 +124,7 @@ EXPECTED_FINDINGS = {
     "t4.json": [("GD103", "error")],  # driver 470 under torch cu130
     "rtx4090.json": [],
     "mixed.json": [("GD301", "error")],  # cc 8.0 next to cc 8.9
+    "a100x2-40gb.json": [("GD302", "warning")],  # PID 896 (the recording's) holds 3.6 GiB of GPU 1
 }
 
 

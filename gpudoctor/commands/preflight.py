@@ -1,0 +1,133 @@
+"""gpudoctor preflight [check options] [--exec] -- CMD…: the machine and the launch command, before starting it.
+
+1. The launch command is read (``-- CMD…`` or ``--from-file FILE``) and its vLLM, model and
+   drafter inspected (gpudoctor/launch/probe.py) — files only, nothing imported.
+2. The machine is probed as ``check`` does, with the serving port taken from the command's
+   ``--port`` — or replayed from ``--snapshot FILE`` (another machine's snapshot works too).
+3. The command's ``NAME=value`` assignments are laid over the environment fact, so rules see
+   the ``CUDA_VISIBLE_DEVICES`` / ``HF_HUB_OFFLINE`` the server will see.
+4. Every rule runs (the launch ones are GD7xx, rules/launch.py); the report is check's.
+5. ``--exec``: when nothing is at or above ``--fail-on``, the doctor replaces itself with the
+   command (``os.execvpe``: same PID, same argv, our environment plus its assignments), so
+   ``gpudoctor preflight --exec -- vllm serve …`` can be a container's entrypoint.
+
+Exit codes as check: 0 nothing blocking (or, with --exec, whatever the command returns), 1
+blocking findings (the command is not started), 2 usage error or a command that cannot be
+read or started, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from gpudoctor.commands.common import IO, UsageError, add_probe_options, probe, replay
+from gpudoctor.exitcodes import ExitCode
+
+HELP = "check this machine and a launch command (`-- vllm serve MODEL …`) before starting it; --exec then starts it"
+FORMATS = ("text", "json", "markdown")
+
+
+def configure(parser) -> None:
+    add_probe_options(parser)
+    parser.add_argument("--snapshot", metavar="FILE",
+                        help="judge the command against a saved machine snapshot instead of probing this machine "
+                             "(the command, its vLLM and model files are still read here)")
+    parser.add_argument("--select", action="append", metavar="IDS", help="only these rules: IDs, prefixes (GD7), names or areas; comma-separated")
+    parser.add_argument("--ignore", action="append", metavar="IDS", help="skip these rules (same forms as --select)")
+    parser.add_argument("--format", choices=FORMATS, default="text")
+    parser.add_argument("--fail-on", choices=("error", "warning"), default="error", help="lowest severity that blocks (exit 1, no --exec); default: error")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs in the output")
+    parser.add_argument("--port", type=int, default=None, metavar="N", help="the port to check for listeners (default: the command's --port, else 8000)")
+    parser.add_argument("--from-file", metavar="FILE", help="read the launch command from a file: a one-line command or a shell script (the first vLLM launch in it)")
+    parser.add_argument("--exec", dest="exec_command", action="store_true",
+                        help="when nothing blocks, replace gpudoctor with the command (same PID, argv and environment)")
+    parser.add_argument("launch_argv", nargs=argparse.REMAINDER, metavar="-- CMD", help="the launch command, after --")
+
+
+def _command(args) -> list:
+    command = list(args.launch_argv or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if args.from_file and command:
+        raise UsageError("give the launch command either after -- or with --from-file, not both")
+    if not args.from_file and not command:
+        raise UsageError("no launch command: gpudoctor preflight [options] -- vllm serve MODEL [flags] (or --from-file FILE)")
+    return command
+
+
+def run(args, io: IO) -> int:
+    from gpudoctor.commands.check import render, selected_rules
+    from gpudoctor.engine import run_rules
+    from gpudoctor.launch import parser as launch_parser
+    from gpudoctor.launch import probe as launch_probe
+    from gpudoctor.probes.host import relevant_env
+    from gpudoctor.probes.pyenv import search_paths
+    from gpudoctor.snapshot import OK, Fact
+
+    command = _command(args)
+    rules = selected_rules(args)
+    python = getattr(args, "python", None)
+    if python is not None:
+        from gpudoctor.probes.pystack import python_option_error
+
+        problem = python_option_error(python)
+        if problem:
+            raise UsageError(problem)
+    try:
+        launch, facts, debug = launch_probe.collect(
+            command or None, args.from_file, dict(io.environ), python, search_paths(), os.getcwd(), min(args.timeout, 30.0))
+    except launch_parser.CommandFileError as exc:
+        raise UsageError(str(exc)) from None
+
+    port = facts.get("launch.port")
+    launch_port = port.value.get("port") if port is not None and port.ok else None
+    args.port = args.port if args.port is not None else (launch_port if isinstance(launch_port, int) else 8000)
+    if args.snapshot:
+        args.python = None  # with --snapshot, --python only says where the command's vLLM lives
+        snapshot = replay(args)
+    else:
+        snapshot = probe(args, io)
+    if launch.env:
+        env_fact = snapshot.get("env")
+        merged = dict(env_fact.value) if env_fact.ok and isinstance(env_fact.value, dict) else {}
+        merged.update(relevant_env(launch.env))
+        source = (env_fact.source + " + " if env_fact.ok and env_fact.source else "") + "the launch command's assignments"
+        snapshot.facts["env"] = Fact(merged, OK, source)
+    snapshot.update(facts)
+    result = run_rules(snapshot, rules)
+    if args.verbose:
+        for text in debug + result.debug:
+            io.stderr.write(text + "\n")
+    render(result, args, io)
+    blocking = result.blocking(args.fail_on)
+    if not args.exec_command:
+        return ExitCode.FINDINGS if blocking else ExitCode.OK
+    if blocking:
+        io.stderr.write(f"gpudoctor: not starting the command: {len(blocking)} finding(s) at or above {args.fail_on}\n")
+        return ExitCode.FINDINGS
+    return exec_command(launch, io)
+
+
+def exec_command(launch, io: IO) -> int:
+    """Become the command. Returns only when it cannot be started (exit 2)."""
+    from gpudoctor.launch.probe import exec_env
+
+    argv = list(launch.exec_argv)
+    if not argv:
+        io.stderr.write("gpudoctor: --exec: the command is only assignments; nothing to run\n")
+        return ExitCode.USAGE
+    env = exec_env(launch, io.environ)
+    for stream in (io.stdout, io.stderr, sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        io.stderr.write(f"gpudoctor: --exec: cannot run {argv[0]}: {exc.strerror or exc}\n")
+        return ExitCode.USAGE
+    return ExitCode.USAGE  # not reached

@@ -1,0 +1,259 @@
+"""The launch probe: a command line, the vLLM it will run and the models it names, as facts.
+
+Facts (source: the command, the model's files, the installed vLLM's source):
+
+  launch.command     {argv (secrets masked), source ("argv" or "FILE:LINE"), display}
+  launch.kind        vllm-serve | vllm-api-server | vllm-other | other
+  launch.env         NAME=value assignments before the command (and a script's exports)
+  launch.model       the model as given (positional or --model)
+  launch.args        canonical flag -> value (numbers and JSON parsed)
+  launch.errors      [{flag, value, problem}]: values vLLM's parser would refuse
+  launch.unknown_flags  [{flag, as_typed, suggestion}] (absent: vLLM not found, cannot check)
+  launch.port        {host, port, uds}
+  launch.notes       what was assumed or could not be read
+  launch.vllm        {path, version, found_via, dist_info} of the vLLM the command runs
+  launch.vllm.tool_parsers / .reasoning_parsers / .spec_methods / .architectures /
+  .quantization / .attention_backends / .markers   (from its source, see vllm_source.py)
+  model.source       {given, kind, path, repo, revision, cache_dir, offline, detail}
+  model.config       config.json fields (model.py config_fields)
+  model.weights      {bytes, format, source, files, dtypes, missing, problems}
+  drafter.*          the same for the speculative drafter named in --speculative-config
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import traceback
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from gpudoctor.launch import model as model_mod
+from gpudoctor.launch import parser, vllm_source
+from gpudoctor.snapshot import ABSENT, ERROR, Fact, missing, ok
+
+SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password")
+
+
+def _masked_argv(argv: Sequence[str]) -> List[str]:
+    from gpudoctor.probes.processes import mask_secrets
+
+    return mask_secrets(list(argv))
+
+
+def _masked_env(env: Dict[str, str]) -> Dict[str, str]:
+    from gpudoctor.redact import is_secret_name
+
+    return {k: ("***" if is_secret_name(k) else v) for k, v in env.items()}
+
+
+def flag_table(found: Optional[Dict[str, Any]]) -> parser.FlagTable:
+    flags = (found or {}).get("flags")
+    if flags is None:
+        return parser.FlagTable()
+    return parser.FlagTable(set(flags.known), dict(flags.aliases), set(flags.switches))
+
+
+def unknown_flags(launch: parser.Launch, table: parser.FlagTable) -> List[Dict[str, Any]]:
+    """Flags vLLM's parser would refuse ("unrecognized arguments"), with the closest real one."""
+    if table.known is None:
+        return []
+    known = table.known
+    out: List[Dict[str, Any]] = []
+    seen = set()
+    for typed, name in launch.given:
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in known or name.startswith("--no-") and ("--" + name[5:]) in known and ("--" + name[5:]) in table.switches:
+            continue
+        prefixes = [k for k in known if k.startswith(name) and k.startswith("--")]
+        if len(prefixes) == 1 and len(name) > 3:
+            continue  # argparse accepts an unambiguous prefix (allow_abbrev)
+        close = difflib.get_close_matches(name, [k for k in known if k.startswith("--")], n=1, cutoff=0.75)
+        out.append({"flag": name, "as_typed": typed.split("=", 1)[0], "suggestion": close[0] if close else None})
+    return out
+
+
+def _model_facts(prefix: str, given: Optional[str], environ: Dict[str, str], revision: Optional[str],
+                 download_dir: Optional[str], cwd: Optional[str], what: str) -> Dict[str, Fact]:
+    facts: Dict[str, Fact] = {}
+    if not given:
+        reason = f"no {what} given"
+        facts[f"{prefix}.source"] = missing(ABSENT, reason, "command")
+        return facts
+    resolved = model_mod.resolve(given, environ, revision, download_dir, cwd)
+    facts[f"{prefix}.source"] = ok(resolved, "command, filesystem", resolved.get("detail", ""))
+    kind = resolved["kind"]
+    if kind in ("local", "hf_cache"):
+        info = model_mod.inspect(resolved)
+        where = os.path.join(resolved["path"], "config.json") if os.path.isdir(resolved["path"]) else resolved["path"]
+        if "config" in info:
+            facts[f"{prefix}.config"] = ok(info["config"], where)
+        else:
+            facts[f"{prefix}.config"] = missing(ERROR, info.get("config_problem", "config.json unreadable"), where)
+        weights = info.get("weights") or {}
+        if weights.get("bytes") is not None and not weights.get("problems") and not weights.get("missing"):
+            facts[f"{prefix}.weights"] = ok(weights, resolved["path"], weights.get("source", ""))
+        elif weights.get("bytes"):
+            facts[f"{prefix}.weights"] = ok(weights, resolved["path"], "; ".join(weights.get("problems") or [])
+                                            or f"missing: {', '.join(weights.get('missing') or [])}")
+        else:
+            facts[f"{prefix}.weights"] = missing(ERROR, "; ".join(weights.get("problems") or ["no weights found"]),
+                                                 resolved["path"], value=weights)
+    elif kind == "hf_remote":
+        why = "not downloaded yet: vLLM downloads it at startup" + (" (but HF offline mode is on)" if resolved.get("offline") else "")
+        facts[f"{prefix}.config"] = missing(ABSENT, why, "huggingface cache")
+        facts[f"{prefix}.weights"] = missing(ABSENT, why, "huggingface cache")
+    else:
+        facts[f"{prefix}.config"] = missing(ABSENT, resolved.get("detail", "model not found"), "filesystem")
+        facts[f"{prefix}.weights"] = missing(ABSENT, resolved.get("detail", "model not found"), "filesystem")
+    return facts
+
+
+def collect(argv: Optional[Sequence[str]] = None, from_file: Optional[str] = None, environ: Optional[Dict[str, str]] = None,
+            python: Optional[str] = None, own_paths: Optional[List[str]] = None, cwd: Optional[str] = None,
+            timeout: float = 5.0) -> Tuple[parser.Launch, Dict[str, Fact], List[str]]:
+    """(the parsed launch, its facts, debug tracebacks). Raises parser.CommandFileError only."""
+    environ = dict(environ if environ is not None else os.environ)
+    debug: List[str] = []
+    script_env: Dict[str, str] = {}
+    notes: List[str] = []
+    source = "argv"
+    if from_file is not None:
+        argv, script_env, source, notes = parser.read_command_file(from_file, environ)
+    argv = list(argv or [])
+    assignments, _, program_argv, _ = parser.split_command(argv)
+    run_env = dict(environ)
+    run_env.update(script_env)
+    run_env.update(assignments)
+    facts: Dict[str, Fact] = {}
+    location = None
+    found: Optional[Dict[str, Any]] = None
+    kind_guess, _, _ = parser.classify(program_argv)
+    if kind_guess != "other":
+        try:
+            location = vllm_source.locate(program_argv, run_env, python, own_paths, timeout)
+            if location.package:
+                found = vllm_source.everything(location.package)
+        except Exception as exc:  # never let an odd vLLM tree take the doctor down
+            debug.append(f"launch: reading vLLM's source raised:\n{traceback.format_exc()}")
+            facts["launch.vllm"] = missing(ERROR, f"cannot read the installed vLLM: {type(exc).__name__}: {exc}", "vllm source")
+    table = flag_table(found)
+    launch = parser.parse(argv, table, source, env=script_env)
+    launch.notes[:0] = notes
+    typed = parser.typed_options(launch)
+    if isinstance(typed.get("--config"), str):
+        launch.notes.append(f"flags inside --config {typed['--config']} are not read: checks use the command line only")
+
+    facts["launch.command"] = ok({"argv": _masked_argv(launch.exec_argv), "source": source,
+                                  "display": parser.display(_masked_argv(launch.exec_argv))}, source)
+    facts["launch.kind"] = ok(launch.kind, source)
+    facts["launch.env"] = ok(_masked_env(launch.env), source)
+    if not launch.is_vllm:
+        facts["launch.notes"] = ok(launch.notes, source)
+        return launch, facts, debug
+    if launch.model:
+        facts["launch.model"] = ok(launch.model, source)
+    else:
+        facts["launch.model"] = missing(ABSENT, "no model in the command (vLLM would serve its built-in default model)", source)
+    shown = {k: ("***" if k in SECRET_FLAGS and v is not True else v) for k, v in typed.items()}
+    facts["launch.args"] = ok(shown, source)
+    facts["launch.errors"] = ok(launch.errors, source)
+    port = typed.get("--port", 8000)
+    facts["launch.port"] = ok({"port": port if isinstance(port, int) else None, "host": typed.get("--host"),
+                               "uds": typed.get("--uds")}, source)
+
+    # The installed vLLM, and what its source says it accepts.
+    if "launch.vllm" not in facts:
+        if location is None or not location.package:
+            looked = "; ".join(location.looked) if location and location.looked else "nowhere to look"
+            facts["launch.vllm"] = missing(ABSENT, f"vLLM is not installed where the command runs (looked in: {looked})", "filesystem")
+        else:
+            facts["launch.vllm"] = ok(location.to_json(), location.package, f"found via {location.how}")
+    vllm_ok = facts["launch.vllm"].ok
+    vsource = location.package if vllm_ok and location else "vllm source"
+    if not vllm_ok:
+        why = facts["launch.vllm"].detail
+        cannot = missing(ABSENT, f"cannot check flags: {why}", "vllm source")
+        facts["launch.unknown_flags"] = cannot
+        for key in ("tool_parsers", "reasoning_parsers", "spec_methods", "architectures", "quantization", "attention_backends", "markers"):
+            facts[f"launch.vllm.{key}"] = missing(ABSENT, why, "vllm source")
+    else:
+        if found and found.get("flags") is not None:
+            facts["launch.unknown_flags"] = ok(unknown_flags(launch, table), f"{vsource} ({', '.join(found['flags'].files)})",
+                                               f"{len(table.known or ())} flags defined")
+        else:
+            facts["launch.unknown_flags"] = missing(ERROR, "cannot check flags: no add_argument calls found in this vLLM's source", vsource)
+        labels = {
+            "tool_parsers": "no tool parser registry in this vLLM's source",
+            "reasoning_parsers": "no reasoning parser registry in this vLLM's source",
+            "spec_methods": "no SpeculativeMethod in this vLLM's config source",
+            "architectures": "no model registry in this vLLM's source",
+            "quantization": "no quantization configs in this vLLM's source",
+            "attention_backends": "no attention backend enum in this vLLM's source",
+        }
+        for key, absent_reason in labels.items():
+            value = (found or {}).get(key)
+            facts[f"launch.vllm.{key}"] = ok(value, vsource) if value is not None else missing(ABSENT, absent_reason, vsource)
+        facts["launch.vllm.markers"] = ok((found or {}).get("markers") or {}, vsource)
+        facts.update(build_facts(location, run_env, debug))
+
+    # The model and the drafter.
+    download_dir = typed.get("--download-dir") if isinstance(typed.get("--download-dir"), str) else None
+    revision = typed.get("--revision") if isinstance(typed.get("--revision"), str) else None
+    try:
+        facts.update(_model_facts("model", launch.model, run_env, revision, download_dir, cwd, "model"))
+    except Exception as exc:
+        debug.append(f"launch: reading the model raised:\n{traceback.format_exc()}")
+        facts["model.source"] = missing(ERROR, f"cannot inspect the model: {type(exc).__name__}: {exc}", "filesystem")
+    spec = typed.get("--speculative-config")
+    if isinstance(spec, dict):
+        draft = spec.get("model")
+        if isinstance(draft, str) and draft:
+            try:
+                facts.update(_model_facts("drafter", draft, run_env, spec.get("revision") if isinstance(spec.get("revision"), str) else None,
+                                          download_dir, cwd, "drafter"))
+            except Exception as exc:
+                debug.append(f"launch: reading the drafter raised:\n{traceback.format_exc()}")
+                facts["drafter.source"] = missing(ERROR, f"cannot inspect the drafter: {type(exc).__name__}: {exc}", "filesystem")
+    facts["launch.notes"] = ok(launch.notes, source)
+    return launch, facts, debug
+
+
+def build_facts(location: "vllm_source.Location", environ: Dict[str, str], debug: List[str]) -> Dict[str, Fact]:
+    """``launch.vllm.build`` / ``.code_markers`` / ``.fix_commits``: what probes/vllm_build.py
+    reports as ``vllm.*`` for gpudoctor's own environment, for the vLLM the *command* runs
+    (rules/advisories.py evaluates known fixes on them; GD719). Skipped quietly when those
+    modules are not there."""
+    try:
+        from gpudoctor.probes import vllm_build
+        from gpudoctor_rules.advisories import probe_options
+    except ImportError:
+        return {}
+    if not location.dist_info:
+        return {}
+    dist = {"name": "vllm", "version": location.version, "location": os.path.dirname(location.dist_info),
+            "meta": os.path.basename(location.dist_info)}
+    ctx = {"dists": {"vllm": dist}, "paths": list(location.paths), "editable": {}, "environ": dict(environ),
+           "options": probe_options()}
+    try:
+        plain = vllm_build.collect_plain(ctx)
+    except Exception as exc:
+        debug.append(f"launch: vllm_build on the command's vLLM raised:\n{traceback.format_exc()}")
+        return {"launch.vllm.build": missing(ERROR, f"{type(exc).__name__}: {exc}", location.package or "")}
+    out: Dict[str, Fact] = {}
+    for path, data in plain.items():
+        if not path.startswith("vllm.") or not isinstance(data, dict):
+            continue
+        try:
+            out["launch." + path] = Fact.from_json(data)
+        except Exception:
+            continue
+    return out
+
+
+def exec_env(launch: parser.Launch, environ: Dict[str, str]) -> Dict[str, str]:
+    """The environment --exec gives the command: ours plus its NAME=value assignments."""
+    env = dict(environ)
+    env.update(launch.env)
+    return env
