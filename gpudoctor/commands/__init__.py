@@ -7,6 +7,7 @@ that pulls in an HTTP client or Ray must not slow down `gpudoctor check`.
 # Command name -> (module under gpudoctor.commands, one-line help). Order is the order in --help.
 COMMANDS = {
     "check": ("check", "probe this machine (or replay a snapshot) and run the rules (default)"),
+    "preflight": ("preflight", "check this machine and a launch command (`-- vllm serve MODEL …`) before starting it; --exec then starts it"),
     "snapshot": ("snapshot", "save the facts of this machine as JSON"),
     "rules": ("rules_cmd", "list the rule catalogue"),
     "explain": ("explain", "explain a rule, or the cause and fix of a pasted error (confirmed on this machine)"),

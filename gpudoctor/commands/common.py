@@ -39,6 +39,7 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="deadline for all probes together (default 10 s)")
     parser.add_argument("--root", default="/", help=argparse.SUPPRESS)  # fake filesystem root, for tests
     parser.add_argument("--python", metavar="PY", help="inspect the environment of this interpreter (e.g. the venv vLLM lives in) instead of gpudoctor's own")
+    parser.add_argument("--deep", action="store_true", help="also import the stack's compiled extensions in a child interpreter (with a timeout) to confirm undefined-symbol errors")
     parser.add_argument("--gpu", metavar="SPEC", help='judge kernels and arch lists against this GPU instead of the ones present: sm_80, 8.6, A100, H100, "RTX 4090"')
 
 
@@ -58,7 +59,8 @@ def probe(args, io: IO):
         problem = python_option_error(python)
         if problem:
             raise UsageError(problem)
-    ctx = Context(root=args.root, environ=io.environ, timeout=args.timeout, port=getattr(args, "port", 8000), python=python)
+    ctx = Context(root=args.root, environ=io.environ, timeout=args.timeout, port=getattr(args, "port", 8000), python=python,
+                  deep=bool(getattr(args, "deep", False)))
     snapshot = collect(ctx)
     snapshot.meta["gpudoctor"] = __version__
     if gpu is not None:

@@ -101,7 +101,11 @@ def vllm(snap: Snapshot) -> str:
     elif snap.get("torch.version").status == "absent":
         parts.append("no torch")
     stack = snap.value("packages.stack") or {}
-    for name in ("vllm", "flash-attn", "flash-attn-4", "flashinfer-python", "xformers"):
+    build = snap.value("vllm.build")
+    if isinstance(build, dict) and build.get("version"):
+        parts.append(f"vllm {build['version']} ({vllm_origin(build)})")
+    for name in ("flash-attn", "flash-attn-4", "flashinfer-python", "xformers") if isinstance(build, dict) else (
+            "vllm", "flash-attn", "flash-attn-4", "flashinfer-python", "xformers"):
         entry = stack.get(name)
         if isinstance(entry, dict) and entry.get("version"):
             parts.append(f"{name} {entry['version']}")
@@ -112,6 +116,55 @@ def vllm(snap: Snapshot) -> str:
     if requested:
         parts.append(f"in {requested}")
     return ", ".join(parts)
+
+
+def vllm_origin(build: dict) -> str:
+    """'PyPI', 'git @ref 1a2b3c4d5e6f', 'editable, branch x @ 1a2b3c4d5e6f, dirty' — short."""
+    origin = build.get("origin")
+    parts = build.get("version_parts") or {}
+    if origin == "index":
+        text = "index"
+    elif origin == "git":
+        text = "git" + (f" @{build['requested_revision']}" if build.get("requested_revision") else "")
+        text += f" {str(build.get('commit_id') or '')[:12]}".rstrip()
+    elif origin in ("editable", "local"):
+        checkout = build.get("checkout") or {}
+        text = origin
+        if checkout.get("branch") or checkout.get("detached"):
+            text += f", {'detached' if checkout.get('detached') else 'branch ' + str(checkout['branch'])}"
+        if checkout.get("commit"):
+            text += f" @ {str(checkout['commit'])[:12]}"
+        state = (checkout.get("dirty") or {}).get("state")
+        if state in ("dirty", "clean"):
+            text += f", {state}"
+    else:
+        text = str(origin or "origin unknown")
+    if parts.get("precompiled"):
+        text += ", precompiled"
+    return text
+
+
+def flash_attn(snap: Snapshot) -> str:
+    variants = snap.value("flash_attn.variants")
+    if not isinstance(variants, list):
+        return f"not read ({snap.get('flash_attn.variants').describe()})"
+    names = {"fa2": "FA2", "fa3": "FA3", "fa4": "FA4", "vllm-fa": "vllm-flash-attn"}
+    parts = [f"{names.get(v.get('variant'), v.get('variant'))} {v.get('dist')} {v.get('version')}" for v in variants if isinstance(v, dict)]
+    text = ", ".join(parts) if parts else "no flash-attn installed"
+    bundled = snap.value("flash_attn.vllm_builds")
+    if isinstance(bundled, dict) and bundled.get("present"):
+        builds = [label for key, label in (("fa2", "FA2"), ("fa3", "FA3"), ("fa4", "FA4")) if bundled.get(key)]
+        text += f"; vLLM bundles {'+'.join(builds) if builds else 'no FA build'}"
+    clashes = snap.value("flash_attn.clashes") or []
+    if clashes:
+        text += f"; {len(clashes)} file clash(es)"
+    return text
+
+
+def launch(snap: Snapshot) -> str:
+    from gpudoctor.launch.summary import headline as launch_headline
+
+    return launch_headline(snap)
 
 
 def server(snap: Snapshot) -> str:
@@ -127,6 +180,8 @@ HEADLINES: Dict[str, Callable[[Snapshot], str]] = {
     "processes": processes,
     "cuda": cuda,
     "vllm": vllm,
+    "flash_attn": flash_attn,
+    "launch": launch,
     "server": server,
 }
 
