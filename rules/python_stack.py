@@ -314,7 +314,8 @@ def distribution_files_missing(snap):
     `pip uninstall` of a package that shared a directory, a clean-up script, an FA2 and FA4
     install writing the same `flash_attn/` directory) give ImportErrors or missing CUDA
     kernels at run time, while `pip list` still shows the package as installed. gpudoctor
-    stats the `.py` and `.so` files of the inference stack (never hashes them).
+    stats the shared objects and package `__init__.py` files of the inference stack (every
+    `.py` file with `--deep`); it never hashes them.
 
     ## Fix
     `python -m pip install --force-reinstall --no-deps PACKAGE==VERSION`.

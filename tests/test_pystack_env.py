@@ -206,8 +206,12 @@ def test_record_check_finds_missing_modules(site):
     site.dist("vllm", "0.20.0", files={"vllm/__init__.py": "", "vllm/_C.abi3.so": SM80_SM90_PTX90, "vllm/engine.py": ""})
     (site.path / "vllm" / "_C.abi3.so").unlink()
     (site.path / "vllm" / "engine.py").unlink()
+    # By default: shared objects and package __init__.py files only (cheap on torch's 6,000 files).
     entry = collect(site.path)["packages.stack"]["value"]["vllm"]
     assert entry["record"] == "ok"
+    assert (entry["checked"], entry["missing_count"], entry["missing"]) == (2, 1, ["vllm/_C.abi3.so"])
+    # --deep: every module.
+    entry = collect(site.path, record="stack-full")["packages.stack"]["value"]["vllm"]
     assert entry["missing_count"] == 2
     assert sorted(entry["missing"]) == ["vllm/_C.abi3.so", "vllm/engine.py"]
     assert entry["checked"] == 3
@@ -224,7 +228,7 @@ def test_record_paths_with_commas_and_crlf_metadata(site):
     metadata = b"Metadata-Version: 2.1\r\nName: vllm\r\nVersion: 0.20.0\r\nRequires-Dist: torch==2.11.0\r\n\r\nbody\r\n"
     site.dist("vllm", "0.20.0", files={"vllm/__init__.py": "", "vllm/a,b.py": ""}, metadata=metadata)
     (site.path / "vllm" / "a,b.py").unlink()
-    entry = collect(site.path)["packages.stack"]["value"]["vllm"]
+    entry = collect(site.path, record="stack-full")["packages.stack"]["value"]["vllm"]
     assert entry["missing"] == ["vllm/a,b.py"]
     assert entry["requires"] == ["torch==2.11.0"]
 
@@ -276,14 +280,14 @@ def test_missing_metadata_and_garbage(site):
 
 
 def test_symlink_loops_in_site_packages(site):
-    site.dist("vllm", "0.20.0", files={"vllm/__init__.py": ""}, extra_record=["vllm/loop/x.py"])
+    site.dist("vllm", "0.20.0", files={"vllm/__init__.py": ""}, extra_record=["vllm/loop/__init__.py"])
     os.symlink("loop", site.path / "vllm" / "loop")  # vllm/loop -> itself
     os.symlink("spin-1.0.dist-info", site.path / "spin-1.0.dist-info")  # a dist-info that is its own link
     os.symlink("flashinfer", site.path / "flashinfer")  # a package dir that loops
     facts = collect(site.path)
     bad = facts["packages.unreadable"]["value"]
     assert [(Path(b["path"]).name, b["detail"]) for b in bad] == [("spin-1.0.dist-info", "symlink loop")]
-    assert facts["packages.stack"]["value"]["vllm"]["missing"] == ["vllm/loop/x.py (symlink loop)"]
+    assert facts["packages.stack"]["value"]["vllm"]["missing"] == ["vllm/loop/__init__.py (symlink loop)"]
     assert facts["kernels.binaries"]["status"] == "ok"
 
 

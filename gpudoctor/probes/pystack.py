@@ -92,17 +92,22 @@ def probe_options() -> Dict[str, Any]:
 def collect(ctx) -> Dict[str, Fact]:
     python = getattr(ctx, "python", None)
     if not python:
-        plain = pyenv.collect_plain(None, "stack", fatbin.scan, [flash_attn.collect_plain, vllm_build.collect_plain],
+        plain = pyenv.collect_plain(None, _record_mode(ctx), fatbin.scan, [flash_attn.collect_plain, vllm_build.collect_plain],
                                     probe_options, dict(ctx.environ))  # options: called only when vLLM is installed
         return _facts(plain, "")
-    return collect_other(python, ctx.environ, ctx.timeout)
+    return collect_other(python, ctx.environ, ctx.timeout, _record_mode(ctx))
 
 
-def collect_other(python: str, environ, timeout: float) -> Dict[str, Fact]:
+def _record_mode(ctx) -> str:
+    """Which RECORD entries to stat: the quick set, or every module with --deep."""
+    return "stack-full" if getattr(ctx, "deep", False) else "stack"
+
+
+def collect_other(python: str, environ, timeout: float, record: str = "stack") -> Dict[str, Fact]:
     """Run the probe inside ``python`` and return its facts (or error facts saying why not)."""
     limit = min(max(timeout * CHILD_SHARE, 0.5), CHILD_MAX_S)
     program = bootstrap()
-    args = [environ.get("PYTHONPATH", ""), "stack", json.dumps(probe_options())]
+    args = [environ.get("PYTHONPATH", ""), record, json.dumps(probe_options())]
     if len(program) < ARG_MAX:
         done = runner.run([python, "-I", "-c", program] + args, timeout=limit, env=environ)
     else:  # too long for one argv string (Linux MAX_ARG_STRLEN is 128 KiB): a private temp file
