@@ -335,8 +335,8 @@ def distribution_files_missing(snap):
         more = entry["missing_count"] - min(5, len(entry.get("missing", [])))
         fails.append(
             Fail(
-                f"{name} {entry.get('version')}: {entry['missing_count']} of the {entry.get('checked')} modules and "
-                f"libraries its RECORD lists are missing ({shown}{f' and {more} more' if more > 0 else ''})",
+                f"{name} {entry.get('version')}: {entry['missing_count']} of the {entry.get('checked')} files checked "
+                f"against its RECORD are missing ({shown}{f' and {more} more' if more > 0 else ''})",
                 [(f"packages.stack.{name}", {k: entry.get(k) for k in ("version", "location", "checked", "missing_count", "missing")})],
                 Fix("Reinstall it.", [f"{_py(snap)} -m pip install --force-reinstall --no-deps {shlex.quote(name + '==' + str(entry.get('version')))}"]),
                 subject=name,
@@ -353,7 +353,9 @@ def distribution_metadata_unreadable(snap):
     A `*.dist-info` whose METADATA is not UTF-8, is missing, unreadable (permissions) or a
     symlink loop breaks `pip list`, `pip check`, `importlib.metadata` and every version check
     built on them (vLLM and transformers check their dependencies that way), usually with a
-    traceback far from the cause.
+    traceback far from the cause. gpudoctor reads the METADATA of the inference stack's
+    packages on every check and of every package with `--deep` (elsewhere the folder name
+    gives name and version); folders that are symlink loops or not folders are always found.
 
     ## Fix
     Reinstall the package (`pip install --force-reinstall --no-deps NAME==VERSION`), or

@@ -261,7 +261,8 @@ def test_duplicates_in_one_directory_and_across_the_path(site, tmp_path):
 def test_non_utf8_metadata_is_a_fact_with_a_reason(site):
     site.dist("brokenpkg", "1.0", metadata=b"Metadata-Version: 2.1\nName: brokenpkg\nVersion: 1.0\nAuthor: Jos\xe9\n\n")
     site.dist("vllm", "0.20.0")
-    facts = collect(site.path)
+    assert collect(site.path)["packages.unreadable"]["value"] == []  # outside the stack: read with --deep only
+    facts = collect(site.path, record="stack-full")
     bad = facts["packages.unreadable"]["value"]
     assert len(bad) == 1 and bad[0]["status"] == "error"
     assert "not UTF-8" in bad[0]["detail"] and "0xe9" in bad[0]["detail"]
@@ -274,20 +275,20 @@ def test_missing_metadata_and_garbage(site):
     info = site.dist("ghost", "1.0")
     (info / "METADATA").unlink()
     site.dist("nover", "1.0", metadata=b"\x00\x01garbage without headers")
-    bad = {Path(item["path"]).name: item for item in collect(site.path)["packages.unreadable"]["value"]}
+    bad = {Path(item["path"]).name: item for item in collect(site.path, record="stack-full")["packages.unreadable"]["value"]}
     assert "No such file" in bad["ghost-1.0.dist-info"]["detail"]
     assert "no Version header" in bad["nover-1.0.dist-info"]["detail"]
 
 
 def test_symlink_loops_in_site_packages(site):
-    site.dist("vllm", "0.20.0", files={"vllm/__init__.py": ""}, extra_record=["vllm/loop/__init__.py"])
+    site.dist("vllm", "0.20.0", files={"vllm/__init__.py": ""}, extra_record=["vllm/loop/_C.so"])
     os.symlink("loop", site.path / "vllm" / "loop")  # vllm/loop -> itself
     os.symlink("spin-1.0.dist-info", site.path / "spin-1.0.dist-info")  # a dist-info that is its own link
     os.symlink("flashinfer", site.path / "flashinfer")  # a package dir that loops
     facts = collect(site.path)
     bad = facts["packages.unreadable"]["value"]
     assert [(Path(b["path"]).name, b["detail"]) for b in bad] == [("spin-1.0.dist-info", "symlink loop")]
-    assert facts["packages.stack"]["value"]["vllm"]["missing"] == ["vllm/loop/__init__.py (symlink loop)"]
+    assert facts["packages.stack"]["value"]["vllm"]["missing"] == ["vllm/loop/_C.so (symlink loop)"]
     assert facts["kernels.binaries"]["status"] == "ok"
 
 

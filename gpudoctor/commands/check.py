@@ -55,12 +55,17 @@ def render(result, args, io: IO) -> None:
 def run(args, io: IO) -> int:
     from gpudoctor.engine import run_rules
 
-    rules = selected_rules(args)
-    if len(getattr(args, "snapshots", None) or ()) > 1:  # one file per node: a cluster (commands/cluster.py)
-        from gpudoctor.commands.cluster import check_snapshots
+    if args.snapshot:
+        rules = selected_rules(args)
+        if len(getattr(args, "snapshots", None) or ()) > 1:  # one file per node: a cluster (commands/cluster.py)
+            from gpudoctor.commands.cluster import check_snapshots
 
-        return check_snapshots(args, io, rules)
-    snapshot = replay(args) if args.snapshot else probe(args, io)
+            return check_snapshots(args, io, rules)
+        snapshot = replay(args)
+    else:
+        loaded = []  # the rules load while the probes run
+        snapshot = probe(args, io, meanwhile=lambda: loaded.append(selected_rules(args)))
+        rules = loaded[0]
     if args.snapshot and not getattr(args, "smoke", None):
         from gpudoctor.cluster import is_cluster
 

@@ -43,9 +43,13 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", metavar="SPEC", help='judge kernels and arch lists against this GPU instead of the ones present: sm_80, 8.6, A100, H100, "RTX 4090"')
 
 
-def probe(args, io: IO):
-    """Run the probes on this machine (under args.root) and return the Snapshot."""
-    from gpudoctor.probes import Context, collect
+def probe(args, io: IO, meanwhile=None):
+    """Run the probes on this machine (under args.root) and return the Snapshot.
+
+    ``meanwhile`` runs while the probe threads work (loading the rules overlaps NVML's
+    start-up and the file reads).
+    """
+    from gpudoctor.probes import Context, start
 
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
@@ -61,7 +65,10 @@ def probe(args, io: IO):
             raise UsageError(problem)
     ctx = Context(root=args.root, environ=io.environ, timeout=args.timeout, port=getattr(args, "port", 8000), python=python,
                   deep=bool(getattr(args, "deep", False)))
-    snapshot = collect(ctx)
+    running = start(ctx)
+    if meanwhile is not None:
+        meanwhile()
+    snapshot = running.finish()
     snapshot.meta["gpudoctor"] = __version__
     if gpu is not None:
         from gpudoctor.gpu_table import override_snapshot

@@ -52,37 +52,51 @@ def default_probes() -> List[Tuple[str, Probe]]:
     return [("host", host.collect), ("driver", driver.collect), ("gpus", gpus.collect), ("python", pystack.collect), ("processes", processes.collect), ("cuda", cuda.collect), ("deep", deep.collect)]
 
 
-def collect(ctx: Optional[Context] = None, probes: Optional[List[Tuple[str, Probe]]] = None) -> Snapshot:
-    ctx = ctx or Context()
-    probes = probes if probes is not None else default_probes()
-    started = time.monotonic()
-    results: Dict[str, Tuple[str, object]] = {}
+class Running:
+    """Probes started in their threads; ``finish()`` waits for them (up to the deadline)."""
 
-    def work(name: str, probe: Probe) -> None:
+    def __init__(self, ctx: Context, probes: List[Tuple[str, Probe]]):
+        self.ctx = ctx
+        self.started = time.monotonic()
+        self.results: Dict[str, Tuple[str, object]] = {}
+        self.threads = []
+        for name, probe in probes:
+            thread = threading.Thread(target=self._work, args=(name, probe), name=f"probe-{name}", daemon=True)
+            thread.start()
+            self.threads.append((name, thread))
+
+    def _work(self, name: str, probe: Probe) -> None:
         t0 = time.monotonic()
         try:
-            results[name] = ("ok", (probe(ctx), time.monotonic() - t0))
+            self.results[name] = ("ok", (probe(self.ctx), time.monotonic() - t0))
         except Exception as exc:  # a probe must never take the doctor down
-            ctx.debug.append(f"probe {name} raised:\n{traceback.format_exc()}")
-            results[name] = ("error", f"{type(exc).__name__}: {exc}")
+            self.ctx.debug.append(f"probe {name} raised:\n{traceback.format_exc()}")
+            self.results[name] = ("error", f"{type(exc).__name__}: {exc}")
 
-    threads = []
-    for name, probe in probes:
-        thread = threading.Thread(target=work, args=(name, probe), name=f"probe-{name}", daemon=True)
-        thread.start()
-        threads.append((name, thread))
+    def finish(self) -> Snapshot:
+        ctx = self.ctx
+        snapshot = Snapshot(meta={"root": ctx.root})
+        for name, thread in self.threads:
+            thread.join(min(threading.TIMEOUT_MAX, max(0.0, ctx.timeout - (time.monotonic() - self.started))))
+            outcome = self.results.get(name)
+            if outcome is None:
+                snapshot.facts[f"probe.{name}"] = Fact(None, TIMEOUT, "gpudoctor", f"no answer within {ctx.timeout:g} s")
+            elif outcome[0] == "error":
+                snapshot.facts[f"probe.{name}"] = Fact(None, ERROR, "gpudoctor", str(outcome[1]))
+            else:
+                facts, elapsed = outcome[1]  # type: ignore[misc]
+                snapshot.update(facts)
+                snapshot.facts[f"probe.{name}"] = Fact(round(elapsed, 4), OK, "gpudoctor")
+        snapshot.meta["elapsed_s"] = round(time.monotonic() - self.started, 4)
+        return snapshot
 
-    snapshot = Snapshot(meta={"root": ctx.root})
-    for name, thread in threads:
-        thread.join(min(threading.TIMEOUT_MAX, max(0.0, ctx.timeout - (time.monotonic() - started))))
-        outcome = results.get(name)
-        if outcome is None:
-            snapshot.facts[f"probe.{name}"] = Fact(None, TIMEOUT, "gpudoctor", f"no answer within {ctx.timeout:g} s")
-        elif outcome[0] == "error":
-            snapshot.facts[f"probe.{name}"] = Fact(None, ERROR, "gpudoctor", str(outcome[1]))
-        else:
-            facts, elapsed = outcome[1]  # type: ignore[misc]
-            snapshot.update(facts)
-            snapshot.facts[f"probe.{name}"] = Fact(round(elapsed, 4), OK, "gpudoctor")
-    snapshot.meta["elapsed_s"] = round(time.monotonic() - started, 4)
-    return snapshot
+
+def start(ctx: Optional[Context] = None, probes: Optional[List[Tuple[str, Probe]]] = None) -> Running:
+    """Start every probe in its own daemon thread and return at once."""
+    ctx = ctx or Context()
+    return Running(ctx, probes if probes is not None else default_probes())
+
+
+def collect(ctx: Optional[Context] = None, probes: Optional[List[Tuple[str, Probe]]] = None) -> Snapshot:
+    """Run the probes and wait for them: the snapshot of this machine."""
+    return start(ctx, probes).finish()
