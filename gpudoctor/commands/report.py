@@ -6,7 +6,7 @@ import json
 import os
 import time
 
-from gpudoctor.commands.common import IO, UsageError, add_probe_options, load_snapshot, probe, write_private
+from gpudoctor.commands.common import IO, SnapshotFiles, UsageError, add_probe_options, load_snapshot, probe, write_private
 from gpudoctor.exitcodes import ExitCode
 
 EPILOG = (
@@ -33,7 +33,9 @@ def configure(parser) -> None:
     parser.add_argument("--bundle", action="store_true", help="also write a .tar.gz with the report, snapshot, log excerpt and nvidia-smi -q")
     parser.add_argument("--no-redact", action="store_true", help="do not scrub secrets (the environment allowlist still applies)")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs")
-    parser.add_argument("--snapshot", metavar="FILE", help="report on a saved snapshot instead of probing this machine")
+    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE",
+                        help="report on a saved snapshot instead of probing this machine; repeat it (one file per node) "
+                             "or give a file saved by `gpudoctor cluster --save` for one report covering a cluster")
     parser.add_argument("--fail-on", choices=("error", "warning"), default="error", help="lowest severity that counts as blocking (default: error)")
     add_probe_options(parser)
 
@@ -47,7 +49,17 @@ def run(args, io: IO) -> int:
         raise UsageError("--smoke-timeout must be a positive number of seconds")
     if args.log and (os.path.isdir(args.log) or not os.path.exists(args.log)):
         raise UsageError(f"cannot read --log {args.log}: " + ("is a directory" if os.path.isdir(args.log) else "no such file"))
-    snapshot = load_snapshot(args.snapshot) if args.snapshot else probe(args, io)
+    files = getattr(args, "snapshots", None) or []
+    if len(files) > 1:  # one file per node (the Slurm/ssh path)
+        from gpudoctor.commands.cluster import files_snapshot
+
+        snapshot = files_snapshot(files, None)
+    else:
+        snapshot = load_snapshot(args.snapshot) if args.snapshot else probe(args, io)
+    from gpudoctor.cluster import is_cluster
+
+    if is_cluster(snapshot):
+        return _cluster_report(snapshot, args, io)
     source = f"snapshot {os.path.basename(args.snapshot)}" if args.snapshot else "this machine"
     smoke = report.run_smoke(args.url, args.smoke_timeout, io.environ, args.api_key_env) if args.url else None
     redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, secrets=not args.no_redact, environ=io.environ)
@@ -84,6 +96,31 @@ def run(args, io: IO) -> int:
     elif not args.bundle:
         io.stdout.write(main)
     return ExitCode.FINDINGS if rep.blocking else ExitCode.OK
+
+
+def _cluster_report(snapshot, args, io: IO) -> int:
+    """One report covering every node: the matrix, the findings by node, the merged snapshot."""
+    from gpudoctor import cluster, redact, registry
+    from gpudoctor.render import matrix
+
+    if args.url or args.log or args.bundle:
+        raise UsageError("--url, --log and --bundle describe one machine; run `gpudoctor report` on that node")
+    result = cluster.run(snapshot, registry.load_rules())
+    redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, secrets=not args.no_redact, environ=io.environ)
+    if args.format == "json":
+        text = redactor(json.dumps(redactor.data(matrix.document(result, args.fail_on), strings=False), indent=1,
+                                   sort_keys=True, default=str, ensure_ascii=False)) + "\n"
+    else:
+        text = redactor(cluster.cluster_markdown(result, args.fail_on, redactor)
+                        + "\n<details><summary>cluster snapshot.json</summary>\n\n```json\n"
+                        + snapshot.dumps().rstrip() + "\n```\n\n</details>\n")
+    if args.output:
+        write_private(args.output, text)
+        io.stderr.write(f"gpudoctor: report written to {args.output}\n")
+    else:
+        io.stdout.write(text)
+    blocking = matrix.document(result, args.fail_on).get("blocking")
+    return ExitCode.FINDINGS if blocking else ExitCode.OK
 
 
 def _bundle_path(output):
