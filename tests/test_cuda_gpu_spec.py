@@ -99,3 +99,22 @@ def test_override_replaces_the_gpus_and_keeps_the_driver():
     assert snap.get("gpu.0.uuid").status == "absent"
     assert snap.value("driver.version") == "580.159.04"
     assert snap.meta["gpu_override"] == "A100"
+
+
+def test_no_driver_is_not_a_finding_when_checking_for_another_gpu():
+    """An image built on a CPU box for an A100 fleet: the missing driver here is expected."""
+    import io
+    import json
+
+    from gpudoctor.cli import main
+
+    out = io.StringIO()
+    main(["check", "--gpu", "A100", "--format", "json", "--select", "GD101"], None, out, io.StringIO())
+    [outcome] = json.loads(out.getvalue())["outcomes"]
+    live = io.StringIO()
+    main(["check", "--format", "json", "--select", "GD101"], None, live, io.StringIO())
+    [without] = json.loads(live.getvalue())["outcomes"]
+    if without["status"] == "fail":  # this machine has no driver (CI): with --gpu it is not applicable
+        assert outcome["status"] == "not_applicable" and "--gpu A100" in outcome["reason"]
+    else:
+        assert outcome["status"] == without["status"]
