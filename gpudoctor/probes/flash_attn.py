@@ -68,21 +68,17 @@ MAX_HASHED_BYTES = 64 << 20
 MAX_DYN = 64 << 20
 SHOWN = 8
 
+# Shared helpers from pyenv.py. Inside --python's child the bootstrap (probes/pystack.py)
+# has loaded it as "gpudoctor_pyenv"; gpudoctor itself may not be importable there.
+_pyenv = sys.modules.get("gpudoctor_pyenv")
+if _pyenv is None:
+    from gpudoctor.probes import pyenv as _pyenv
+fact = _pyenv.fact
+normalize = _pyenv.normalize
+
+
 # The facts this module owns (pyenv marks them error if collect_plain raises).
 FACT_KEYS = ("flash_attn.variants", "flash_attn.namespace", "flash_attn.clashes", "flash_attn.vllm_builds", "flash_attn.dependents")
-
-
-def fact(value: Any = None, status: str = "ok", source: str = "", detail: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {"value": value, "status": status}
-    if source:
-        out["source"] = source
-    if detail:
-        out["detail"] = detail
-    return out
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def parse_local_tag(version: Optional[str]) -> Optional[Dict[str, Any]]:

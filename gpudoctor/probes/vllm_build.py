@@ -30,6 +30,7 @@ import json
 import os
 import re
 import struct
+import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -42,17 +43,16 @@ WALK_BUDGET_S = 0.5
 WALK_MAX_COMMITS = 300_000
 SLACK_S = 3 * 86400  # commit-time skew tolerated when bounding the ancestry walk
 
+# Shared helpers from pyenv.py. Inside --python's child the bootstrap (probes/pystack.py)
+# has loaded it as "gpudoctor_pyenv"; gpudoctor itself may not be importable there.
+_pyenv = sys.modules.get("gpudoctor_pyenv")
+if _pyenv is None:
+    from gpudoctor.probes import pyenv as _pyenv
+fact = _pyenv.fact
+
+
 # The facts this module owns (pyenv marks them error if collect_plain raises).
 FACT_KEYS = ("vllm.build",)
-
-
-def fact(value: Any = None, status: str = "ok", source: str = "", detail: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {"value": value, "status": status}
-    if source:
-        out["source"] = source
-    if detail:
-        out["detail"] = detail
-    return out
 
 
 # --- the version string ------------------------------------------------------------------------
