@@ -281,6 +281,18 @@ def _memory_plan(snap) -> Tuple[Optional[Dict[str, Any]], str]:
     return {"group": group, "util": util, "gpus": gpus}, ""
 
 
+def _weights_plan_or_outcome(snap):
+    """The per-GPU memory and weights plan, or the outcome to return when there is none."""
+    skip = _applies(snap)
+    if skip:
+        return skip
+    base, why = _memory_plan(snap)
+    if base is None:
+        return Unknown(why)
+    plan, why = _weights_plan(snap, base)
+    return plan if plan is not None else Unknown(why)
+
+
 def _weights_plan(snap, plan: Dict[str, Any]) -> Tuple[Optional[Dict[str, Any]], str]:
     """Adds weights, drafter and KV numbers to a memory plan (all per GPU, estimates)."""
     weights = snap.value("model.weights")
@@ -771,15 +783,9 @@ def weights_exceed_memory_budget(snap):
     - huggingface/safetensors format; vLLM docs "Conserving memory" (TP, quantization,
       cpu offload).
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
-    base, why = _memory_plan(snap)
-    if base is None:
-        return Unknown(why)
-    plan, why = _weights_plan(snap, base)
-    if plan is None:
-        return Unknown(why)
+    plan = _weights_plan_or_outcome(snap)
+    if not isinstance(plan, dict):
+        return plan
     need = plan["weights_per_gpu"] + plan["drafter_per_gpu"]
     gpu = min(plan["gpus"], key=lambda g: g["budget"])
     if need <= gpu["budget"]:
@@ -825,15 +831,9 @@ def kv_cache_too_small_for_max_model_len(snap):
     - vLLM `vllm/v1/core/kv_cache_utils.py` (`check_enough_kv_cache_memory`, the message
       above); research/facts.md §7 ("No available memory for the cache blocks").
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
-    base, why = _memory_plan(snap)
-    if base is None:
-        return Unknown(why)
-    plan, why = _weights_plan(snap, base)
-    if plan is None:
-        return Unknown(why)
+    plan = _weights_plan_or_outcome(snap)
+    if not isinstance(plan, dict):
+        return plan
     cfg = _config(snap) or {}
     tokens, how = _max_model_len(snap, cfg)
     if tokens is None:
