@@ -28,6 +28,7 @@ class Result:
     snapshot: Snapshot
     outcomes: List[Outcome]
     debug: List[str] = field(default_factory=list)  # tracebacks of crashed rules, shown with -v
+    notes: List[str] = field(default_factory=list)  # said loudly by every renderer (gpudoctor/gates.py)
 
     @property
     def findings(self) -> List[Finding]:
@@ -45,8 +46,14 @@ class Result:
         return counts
 
     def blocking(self, fail_on: str) -> List[Finding]:
-        floor = SEVERITY_RANK[fail_on]
+        floor = SEVERITY_RANK.get(fail_on, SEVERITY_RANK["warning"])  # "unknown" blocks warnings too
         return [f for f in self.findings if SEVERITY_RANK[f.severity] >= floor]
+
+    def gated(self, fail_on: str) -> bool:
+        """Exit 1: findings at or above ``fail_on``; with ``unknown`` also a rule that could not decide."""
+        from gpudoctor.gates import gated
+
+        return gated(self.blocking(fail_on), self.outcomes, fail_on)
 
 
 def run_rules(snapshot: Snapshot, rules: Sequence[RuleMeta]) -> Result:

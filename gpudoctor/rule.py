@@ -44,6 +44,18 @@ AREAS: Tuple[Tuple[str, str], ...] = (
     ("cluster", "Cluster"),
 )
 AREA_TITLES = dict(AREAS)
+# Areas of installed rule packs (gpudoctor/plugins.py), shown after the built-in ones.
+EXTRA_AREAS: Dict[str, str] = {}
+
+
+def area_title(key: str) -> str:
+    return AREA_TITLES.get(key) or EXTRA_AREAS.get(key) or key
+
+
+def area_order(keys) -> List[str]:
+    """The built-in areas in display order, then any other area in the order first seen."""
+    present = list(dict.fromkeys(keys))
+    return [key for key, _ in AREAS if key in present] + [key for key in present if key not in AREA_TITLES]
 
 ID_PATTERN = re.compile(r"^GD\d{3}$")
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpudoctor.commands.common import IO, UsageError, add_probe_options, probe, replay, stream_is_unicode, use_color
 from gpudoctor.exitcodes import ExitCode
+from gpudoctor.gates import FAIL_ON_CHOICES
 
 FORMATS = ("text", "json", "markdown")
 
@@ -17,7 +18,8 @@ def configure(parser) -> None:
     parser.add_argument("--select", action="append", metavar="IDS", help="only these rules: IDs, prefixes (GD1), names or areas; comma-separated")
     parser.add_argument("--ignore", action="append", metavar="IDS", help="skip these rules (same forms as --select)")
     parser.add_argument("--format", choices=FORMATS, default="text")
-    parser.add_argument("--fail-on", choices=("error", "warning"), default="error", help="lowest severity that makes the exit code 1 (default: error)")
+    parser.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
+                        help="lowest level that makes the exit code 1 (default: error); unknown: also any rule that could not decide")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs in the output")
     parser.add_argument("--port", type=int, default=8000, metavar="N", help="the serving port to check for listeners (default 8000)")
@@ -82,4 +84,4 @@ def run(args, io: IO) -> int:
         for text in result.debug:
             io.stderr.write(text + "\n")
     render(result, args, io)
-    return ExitCode.FINDINGS if result.blocking(args.fail_on) else ExitCode.OK
+    return ExitCode.FINDINGS if result.gated(args.fail_on) else ExitCode.OK

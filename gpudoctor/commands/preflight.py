@@ -24,6 +24,7 @@ import sys
 
 from gpudoctor.commands.common import IO, UsageError, add_probe_options, probe, replay
 from gpudoctor.exitcodes import ExitCode
+from gpudoctor.gates import FAIL_ON_CHOICES, preflight_notes
 
 HELP = "check this machine and a launch command (`-- vllm serve MODEL …`) before starting it; --exec then starts it"
 FORMATS = ("text", "json", "markdown")
@@ -37,7 +38,8 @@ def configure(parser) -> None:
     parser.add_argument("--select", action="append", metavar="IDS", help="only these rules: IDs, prefixes (GD7), names or areas; comma-separated")
     parser.add_argument("--ignore", action="append", metavar="IDS", help="skip these rules (same forms as --select)")
     parser.add_argument("--format", choices=FORMATS, default="text")
-    parser.add_argument("--fail-on", choices=("error", "warning"), default="error", help="lowest severity that blocks (exit 1, no --exec); default: error")
+    parser.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
+                        help="lowest level that blocks (exit 1, no --exec); default: error; unknown: also any rule that could not decide")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs in the output")
     parser.add_argument("--port", type=int, default=None, metavar="N", help="the port to check for listeners (default: the command's --port, else 8000)")
@@ -98,15 +100,18 @@ def run(args, io: IO) -> int:
         snapshot.facts["env"] = Fact(merged, OK, source)
     snapshot.update(facts)
     result = run_rules(snapshot, rules)
+    result.notes.extend(preflight_notes(snapshot))
     if args.verbose:
         for text in debug + result.debug:
             io.stderr.write(text + "\n")
     render(result, args, io)
-    blocking = result.blocking(args.fail_on)
+    blocking = result.gated(args.fail_on)
     if not args.exec_command:
         return ExitCode.FINDINGS if blocking else ExitCode.OK
     if blocking:
-        io.stderr.write(f"gpudoctor: not starting the command: {len(blocking)} finding(s) at or above {args.fail_on}\n")
+        found = result.blocking(args.fail_on)
+        why = f"{len(found)} finding(s) at or above {args.fail_on}" if found else "rules could not decide (--fail-on unknown)"
+        io.stderr.write(f"gpudoctor: not starting the command: {why}\n")
         return ExitCode.FINDINGS
     return exec_command(launch, io)
 

@@ -8,21 +8,41 @@ from gpudoctor import __version__
 from gpudoctor.engine import Result
 from gpudoctor.redact import DEFAULT, Redactor, shown_value
 from gpudoctor.render.headlines import context, headline
-from gpudoctor.rule import AREAS
+from gpudoctor.gates import not_checked
+from gpudoctor.rule import NOT_APPLICABLE, PASS, UNKNOWN, area_order, area_title
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "/").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ") or "—"
+
+
+GLYPHS = {"error": "✗", "warning": "!", "info": "i", PASS: "✓", UNKNOWN: "?", NOT_APPLICABLE: "–"}
 
 
 def render(result: Result, fail_on: str, redactor: Optional[Redactor] = None) -> str:
+    from gpudoctor.render.text import _n, area_state
+
     counts = result.counts()
-    blocking = result.blocking(fail_on)
+    gated = result.gated(fail_on)
     out: List[str] = [f"## gpudoctor {__version__}", "", f"_{context(result.snapshot)}_", ""]
-    verdict = "**Blocking findings**" if blocking else "**Nothing blocking**"
-    out.append(f"{verdict}: {counts['error']} errors, {counts['warning']} warnings, {counts['pass']} passed, {counts['unknown']} unknown.")
+    verdict = "**Blocking findings**" if gated else "**Nothing blocking**"
+    out.append(f"{verdict}: {_n(counts['error'], 'error')}, {_n(counts['warning'], 'warning')}, {counts['pass']} passed, "
+               f"{counts['unknown']} unknown (exit {1 if gated else 0} with --fail-on {fail_on}).")
     out.append("")
-    out.append("| area | found |")
-    out.append("| --- | --- |")
-    for area, title in AREAS:
-        if any(o.rule.area == area for o in result.outcomes):
-            out.append(f"| {title} | {headline(area, result.snapshot).replace('|', '/')} |")
+    for note in result.notes:
+        out += [f"> **Warning:** {note}", ""]
+    gaps = not_checked(result.outcomes)
+    if gaps:
+        out.append("**Not checked**" + ("" if fail_on == UNKNOWN else " (`--fail-on unknown` makes this exit 1)") + ":")
+        out.append("")
+        for gap in gaps:
+            out.append(f"- **{gap.title}**: {gap.count} rule{'s' * (gap.count != 1)} undecided: {_cell(gap.line())}")
+        out.append("")
+    out.append("| | area | found |")
+    out.append("| --- | --- | --- |")
+    for area in area_order(o.rule.area for o in result.outcomes):
+        state = area_state([o for o in result.outcomes if o.rule.area == area])
+        out.append(f"| {GLYPHS[state]} | {area_title(area)} | {_cell(headline(area, result.snapshot))} |")
     out.append("")
     for finding in result.findings:
         subject = f" ({finding.subject})" if finding.subject else ""

@@ -11,7 +11,8 @@ from typing import List, Tuple
 
 from gpudoctor.engine import Result
 from gpudoctor.render.headlines import context, headline
-from gpudoctor.rule import AREAS, NOT_APPLICABLE, PASS, SEVERITY_RANK, UNKNOWN
+from gpudoctor import gates
+from gpudoctor.rule import NOT_APPLICABLE, PASS, SEVERITY_RANK, UNKNOWN, area_order, area_title
 
 Line = List[Tuple[str, str]]  # (text, rich style)
 
@@ -26,10 +27,8 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
     from gpudoctor import __version__
 
     lines.append([(f"gpudoctor {__version__}", "bold"), (f"  {context(result.snapshot)}", "dim")])
-    for area, title in AREAS:
+    for area in area_order(o.rule.area for o in result.outcomes):
         outcomes = [o for o in result.outcomes if o.rule.area == area]
-        if not outcomes:
-            continue
         if not verbose and all(o.status == NOT_APPLICABLE for o in outcomes):
             continue  # e.g. the cluster area on one machine, the server area without --smoke
         state = area_state(outcomes)
@@ -37,7 +36,7 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
         lines.append(
             [
                 (f"{glyphs[state]} ", STYLES[state]),
-                (f"{title:<20}", "bold"),
+                (f"{area_title(area):<20}", "bold"),
                 (headline(area, result.snapshot), ""),
                 (f"  {counts}" if counts else "", "dim"),
             ]
@@ -45,27 +44,43 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
         for outcome in outcomes:
             for finding in sorted(outcome.findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.subject)):
                 lines.extend(finding_lines(finding, glyphs))
-            if verbose and outcome.status in (UNKNOWN, NOT_APPLICABLE):
+            if verbose and outcome.status == UNKNOWN:
                 lines.append(
                     [
-                        (f"    {glyphs[outcome.status]} {outcome.rule.id} {outcome.rule.name}: ", STYLES[outcome.status]),
-                        (f"{outcome.status.replace('_', ' ')}: {outcome.reason}", "dim"),
+                        (f"    {glyphs[UNKNOWN]} {outcome.rule.id} {outcome.rule.name}: ", STYLES[UNKNOWN]),
+                        (f"unknown: {outcome.reason}", "dim"),
                     ]
                 )
+        if verbose:  # one line per area, not one per rule: "no launch command" 23 times is noise
+            for gap in gates.not_applicable(outcomes):
+                lines.append([(f"    {glyphs[NOT_APPLICABLE]} {gap.count} not applicable: ", STYLES[NOT_APPLICABLE]),
+                              (gap.line(limit=4), "dim")])
     lines.append([])
-    lines.append(_summary(result, fail_on))
+    lines.extend(summary_block(result, fail_on, glyphs))
     return lines
 
 
+def summary_block(result: Result, fail_on: str, glyphs=UNICODE) -> List[Line]:
+    """The summary line, then the loud notes and the areas not checked (never only under -v)."""
+    out: List[Line] = [_summary(result, fail_on)]
+    for note in result.notes:
+        out.append([(f"{glyphs['warning']} ", STYLES["warning"]), (note, "bold")])
+    for number, text in enumerate(gates.summary_lines(result.outcomes, fail_on)):
+        out.append([(f"{glyphs[UNKNOWN]} " if number == 0 else "", STYLES[UNKNOWN]), (text, "" if number else "bold")])
+    return out
+
+
 def area_state(outcomes, findings=None) -> str:
-    """The worst severity found, else pass / unknown / not applicable; shared with render/matrix.py."""
+    """The worst severity found, else unknown (a rule could not decide: never a silent ✓), pass, not applicable.
+
+    Shared with render/matrix.py."""
     findings = [f for o in outcomes for f in o.findings] if findings is None else findings
     if findings:
         return max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__)
-    if any(o.status == PASS for o in outcomes):
-        return PASS
     if any(o.status == UNKNOWN for o in outcomes):
         return UNKNOWN
+    if any(o.status == PASS for o in outcomes):
+        return PASS
     return NOT_APPLICABLE
 
 
@@ -103,17 +118,26 @@ def _short(value, limit: int = 160) -> str:
 
 def _summary(result: Result, fail_on: str) -> Line:
     counts = result.counts()
-    blocking = result.blocking(fail_on)
     parts = [
-        f"{counts['error']} error{'s' * (counts['error'] != 1)}",
-        f"{counts['warning']} warning{'s' * (counts['warning'] != 1)}",
+        _n(counts["error"], "error"),
+        _n(counts["warning"], "warning"),
         f"{counts[PASS]} passed",
         f"{counts[UNKNOWN]} unknown",
     ]
     if counts["info"]:
         parts.insert(2, f"{counts['info']} info")
-    verdict = f"blocking (at or above {fail_on}): exit 1" if blocking else "nothing blocking: exit 0"
-    return [("Summary: ", "bold"), (", ".join(parts), ""), (f" — {verdict}", "bold red" if blocking else "bold green")]
+    gated = result.gated(fail_on)
+    if not gated:
+        verdict = "nothing blocking: exit 0"
+    elif result.blocking(fail_on):
+        verdict = f"blocking (at or above {fail_on}): exit 1"
+    else:
+        verdict = "blocking (--fail-on unknown: some rules could not decide): exit 1"
+    return [("Summary: ", "bold"), (", ".join(parts), ""), (f" — {verdict}", "bold red" if gated else "bold green")]
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'s' * (count != 1)}"
 
 
 def plain(lines: List[Line]) -> str:

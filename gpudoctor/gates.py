@@ -1,0 +1,106 @@
+"""What a gate needs beyond findings: which areas were not checked, and why.
+
+A rule that cannot decide is "unknown". A gate that reports "nothing blocking" while the
+rules it was meant to run could not decide is a silent pass, so every renderer names those
+areas (without -v) and ``--fail-on unknown`` turns them into exit 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+from gpudoctor.rule import NOT_APPLICABLE, UNKNOWN, area_order, area_title
+
+FAIL_ON_CHOICES = ("error", "warning", "unknown")
+REASON_LIMIT = 160  # characters of one reason in the one-line summaries
+
+
+@dataclass
+class AreaGap:
+    """The rules of one area that ended in one status (unknown or not applicable), grouped by reason."""
+
+    area: str
+    title: str
+    reasons: List[Tuple[str, List[str]]]  # (reason, rule IDs), most rules first
+
+    @property
+    def count(self) -> int:
+        return sum(len(ids) for _, ids in self.reasons)
+
+    def line(self, limit: int = 3) -> str:
+        """``reason (GD702, GD721); other reason (GD706)``, at most ``limit`` reasons."""
+        parts = [f"{_clip(reason)} ({_ids(ids)})" for reason, ids in self.reasons[:limit]]
+        if len(self.reasons) > limit:
+            rest = sum(len(ids) for _, ids in self.reasons[limit:])
+            parts.append(f"{rest} more (-v lists them)")
+        return "; ".join(parts)
+
+    def to_json(self) -> Dict[str, object]:
+        return {"area": self.area, "title": self.title, "count": self.count,
+                "reasons": [{"reason": reason, "rules": ids} for reason, ids in self.reasons]}
+
+
+def gaps(outcomes: Sequence, status: str = UNKNOWN) -> List[AreaGap]:
+    """One AreaGap per area that has rules ending in ``status``, in display order."""
+    by_area: Dict[str, Dict[str, List[str]]] = {}
+    for outcome in outcomes:
+        if outcome.status == status:
+            reasons = by_area.setdefault(outcome.rule.area, {})
+            reasons.setdefault(_first_clause(outcome.reason) or "no reason given", []).append(outcome.rule.id)
+    out = []
+    for area in area_order(by_area):
+        reasons = sorted(by_area[area].items(), key=lambda item: -len(item[1]))
+        out.append(AreaGap(area, area_title(area), reasons))
+    return out
+
+
+def not_checked(outcomes: Sequence) -> List[AreaGap]:
+    return gaps(outcomes, UNKNOWN)
+
+
+def not_applicable(outcomes: Sequence) -> List[AreaGap]:
+    return gaps(outcomes, NOT_APPLICABLE)
+
+
+def gated(blocking: Sequence, outcomes: Sequence, fail_on: str) -> bool:
+    """Exit 1? Findings at or above ``fail_on``; with ``unknown`` also any rule that could not decide."""
+    return bool(blocking) or (fail_on == UNKNOWN and any(o.status == UNKNOWN for o in outcomes))
+
+
+def summary_lines(outcomes: Sequence, fail_on: str) -> List[str]:
+    """The lines under the summary: each area not (fully) checked, with why; empty when all decided."""
+    found = not_checked(outcomes)
+    if not found:
+        return []
+    hint = "" if fail_on == UNKNOWN else " (--fail-on unknown makes this exit 1)"
+    lines = [f"Not checked{hint}:"]
+    for gap in found:
+        lines.append(f"  {gap.title}: {gap.count} rule{'s' * (gap.count != 1)} undecided: {gap.line()}")
+    return lines
+
+
+def preflight_notes(snapshot) -> List[str]:
+    """A loud note when the launch command's flags could not be checked against any vLLM."""
+    fact = snapshot.get("launch.vllm")
+    if fact.ok or "launch.command" not in snapshot.facts:
+        return []
+    why = fact.detail or fact.describe()
+    return [
+        f"The launch command's flags, values and parser names were NOT checked: {why}. "
+        "To check them, run preflight where vLLM is installed, or point it at vLLM's environment: "
+        "`gpudoctor preflight --python /path/to/venv/bin/python -- vllm serve …` or "
+        "`gpudoctor preflight -- /path/to/venv/bin/vllm serve …` (with --snapshot, the command's vLLM is still read on this machine)."
+    ]
+
+
+def _first_clause(reason: str) -> str:
+    return " ".join((reason or "").split())
+
+
+def _clip(text: str, limit: int = REASON_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _ids(ids: List[str]) -> str:
+    return ", ".join(ids) if len(ids) <= 4 else f"{', '.join(ids[:3])} and {len(ids) - 3} more"
