@@ -6,7 +6,7 @@
    ``--port`` — or replayed from ``--snapshot FILE`` (another machine's snapshot works too).
 3. The command's ``NAME=value`` assignments are laid over the environment fact, so rules see
    the ``CUDA_VISIBLE_DEVICES`` / ``HF_HUB_OFFLINE`` the server will see.
-4. Every rule runs (the launch ones are GD7xx, rules/launch.py); the report is check's.
+4. Every rule runs (the launch ones are GD7xx, rules/launch/); the report is check's.
 5. ``--exec``: when nothing is at or above ``--fail-on``, the doctor replaces itself with the
    command (``os.execvpe``: same PID, same argv, our environment plus its assignments), so
    ``gpudoctor preflight --exec -- vllm serve …`` can be a container's entrypoint.

@@ -7,7 +7,7 @@
   text, never imported.
 - ``model``: a model directory or the Hugging Face cache: config.json fields and the weight
   bytes from safetensors headers, without loading a tensor.
-- ``probe``: the three together, as snapshot facts for rules/launch.py.
+- ``probe``: the three together, as snapshot facts for rules/launch/.
 
 Standard library only: nothing here imports vLLM, torch or transformers.
 """

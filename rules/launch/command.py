@@ -1,0 +1,147 @@
+"""GD701, GD702, GD722: the command line itself (values, flags, the port it will listen on)."""
+
+from __future__ import annotations
+
+from gpudoctor.rule import ERROR, Fail, Fix, NotApplicable, Unknown, rule
+from .common import _applies, _command_with, _vllm_version
+
+# --- the rules ------------------------------------------------------------------------------------------
+@rule("GD701", "launch-command-invalid", severity=ERROR, area="launch")
+def launch_command_invalid(snap):
+    """The launch command has values vLLM's argument parser refuses.
+
+    ## Why
+    vLLM parses its flags before anything else: a JSON-valued flag that is not valid JSON
+    (`--speculative-config`, `--compilation-config`, `--attention-config` …), a number that is
+    not a number (`--tensor-parallel-size two`), a flag without its value, or a second
+    positional word makes `vllm serve` print a usage error and exit with status 2 — in a
+    container restart loop, over and over. Shell quoting is the usual cause: JSON needs single
+    quotes around it in a shell, and YAML / systemd lines often eat the inner double quotes.
+
+    ## Fix
+    Quote JSON with single quotes (`--speculative-config '{"method": "dflash", …}'`) or set
+    keys one by one (`--speculative-config.method dflash`); give numbers as numbers.
+
+    ## References
+    - vLLM `FlexibleArgumentParser` (vllm/utils/argparse_utils.py): `--json-arg.key value`,
+      underscores as dashes, `optional_type(json.loads)` for `--speculative-config`
+      (vllm/engine/arg_utils.py).
+    - research/facts.md §4.3 (speculative-config keys).
+    """
+    skip = _applies(snap)
+    if skip:
+        return skip
+    errors = [e for e in snap.value("launch.errors") or [] if isinstance(e, dict)]
+    if not errors:
+        return None
+    fails = []
+    for item in errors:
+        flag = item.get("flag") or "argument"
+        value = item.get("value")
+        shown = "" if value is None else f" {str(value)[:120]!r}"
+        fix = Fix("Correct the value (JSON in single quotes in a shell, or one key per flag).",
+                  ["--speculative-config '{\"method\": \"dflash\", \"model\": \"ORG/DRAFTER\", \"num_speculative_tokens\": 15}'"]
+                  if flag in ("--speculative-config", "-sc") else [])
+        fails.append(Fail(f"{flag}{shown}: {item.get('problem')}; vLLM's argument parser rejects it and exits with status 2",
+                          [("launch.errors", item), "launch.command"], fix, subject=str(flag)))
+    return fails
+
+
+@rule("GD702", "launch-unknown-flag", severity=ERROR, area="launch")
+def launch_unknown_flag(snap):
+    """The launch command uses flags the installed vLLM does not define.
+
+    ## Why
+    `vllm serve` stops at once with "error: unrecognized arguments: --the-flag". Flags come and
+    go between releases (`--task` became `--runner`, `VLLM_ATTENTION_BACKEND` became
+    `--attention-backend`, `--speculative-model` moved into `--speculative-config`), so a
+    command copied from a model card or written for another version fails on this one.
+    gpudoctor reads the flags from the installed vLLM's own source (`add_argument` calls in
+    vllm/engine/arg_utils.py and the entrypoints' cli_args.py, and the fields of the
+    `FrontendArgs` dataclass that recent versions turn into flags); it never imports vLLM.
+
+    ## Fix
+    Use the flag this vLLM has (the closest one is suggested), remove it, or install the vLLM
+    version the command was written for.
+
+    ## References
+    - vllm/engine/arg_utils.py `EngineArgs.add_cli_args`; vllm/entrypoints/openai/cli_args.py
+      (`FrontendArgs`, `make_arg_parser`); vllm/utils/argparse_utils.py (FlexibleArgumentParser).
+    - vllm-project/vllm serve docs ("vllm serve --help=all").
+    """
+    skip = _applies(snap)
+    if skip:
+        return skip
+    fact = snap.get("launch.unknown_flags")
+    if not fact.ok:
+        return Unknown(fact.detail or "cannot check flags")
+    unknown = [u for u in fact.value or [] if isinstance(u, dict)]
+    if not unknown:
+        return None
+    version = _vllm_version(snap)
+    fails = []
+    for item in unknown:
+        hint = f" (did you mean {item['suggestion']}?)" if item.get("suggestion") else ""
+        fails.append(Fail(
+            f"{version} does not define {item['flag']}{hint}: `vllm serve` exits with \"unrecognized arguments: {item['as_typed']}\"",
+            [("launch.unknown_flags", item), "launch.vllm"],
+            Fix(f"Use {item['suggestion']} instead." if item.get("suggestion") else "Remove the flag, or install the vLLM version it belongs to.",
+                [f"vllm serve --help={item['flag'].lstrip('-').split('-')[0]}  # the flags this vLLM has"]),
+            subject=item["flag"],
+        ))
+    return fails
+
+
+@rule("GD722", "launch-port-taken", severity=ERROR, area="launch")
+def launch_port_taken(snap):
+    """The port the command will listen on is already taken.
+
+    ## Why
+    The API server binds its port only after the engine is up — after loading weights and
+    capturing CUDA graphs — and then dies with "OSError: [Errno 98] Address already in use"
+    (uvicorn: "error while attempting to bind on address"), throwing that startup away. A
+    previous server that is still running, or a stale one (GD601), is the usual holder; GD602
+    tells who it is.
+
+    ## Fix
+    Stop the holder if it is stale, or give the new server another `--port`.
+
+    ## References
+    - research/facts.md §4.9 (the port opens after engine init), §7 ("Address already in use";
+      vllm-project/vllm#9763, #7514, #11617); GD602 (rules/processes.py).
+    """
+    skip = _applies(snap)
+    if skip:
+        return skip
+    launch = snap.value("launch.port") or {}
+    if launch.get("uds"):
+        return NotApplicable("--uds: the server listens on a Unix socket")
+    port = launch.get("port")
+    if not isinstance(port, int):
+        return Unknown("the launch port is not a number")
+    probed = snap.get("processes.port")
+    if not probed.ok:
+        return Unknown(f"listening sockets not read ({probed.describe()})")
+    data = probed.value or {}
+    if data.get("port") != port:
+        return Unknown(f"the snapshot checked port {data.get('port')}, the command uses {port} (preflight checks the command's port "
+                       "when it probes this machine)")
+    host = launch.get("host")
+    wildcard = host in (None, "", "0.0.0.0", "::")
+    hosts = {"127.0.0.1", "::1"} if host == "localhost" else {host}
+    clashes = [item for item in data.get("listeners") or [] if isinstance(item, dict)
+               and (wildcard or item.get("address") in ("0.0.0.0", "::") or item.get("address") in hosts)]
+    if not clashes:
+        return None
+    holders = []
+    for item in clashes:
+        pids = item.get("pids") or []
+        holders.append(f"{item.get('address')}:{port} by " + (f"PID {', '.join(map(str, pids))}" if pids else "a process not visible here"))
+    return Fail(
+        f"port {port} is taken ({'; '.join(holders)}): the server would load the model and then fail with \"[Errno 98] Address "
+        "already in use\" (GD602 names the holder and whether it is stale)",
+        ["processes.port", "launch.port"],
+        Fix("Stop the holder if it is stale, or use another port.",
+            [f"ss -ltnp 'sport = :{port}'", "gpudoctor fix  # if the holder is a stale serving process", _command_with(snap, "--port", port + 1)]),
+        subject=f"port {port}",
+    )

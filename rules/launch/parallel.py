@@ -1,0 +1,147 @@
+"""GD705-GD707: tensor / pipeline / data parallelism against the visible GPUs and the model."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
+from .common import _applies, _command_with, _config, _group, _int, _parallel, _visible, gib
+
+@rule("GD705", "parallel-size-exceeds-gpus", severity=ERROR, area="launch")
+def parallel_size_exceeds_gpus(snap):
+    """Tensor × pipeline (× local data) parallel size needs more GPUs than are visible.
+
+    ## Why
+    Each engine needs TP × PP GPUs and each local data-parallel rank another set. With fewer
+    visible GPUs the multiprocessing executor fails while creating workers (or Ray waits for a
+    placement group that never comes). `CUDA_VISIBLE_DEVICES` — in the environment or in front
+    of the command — decides what is visible, not what the machine has.
+
+    ## Fix
+    Lower `--tensor-parallel-size` / `--pipeline-parallel-size` / `--data-parallel-size` to
+    fit, or make more GPUs visible.
+
+    ## References
+    - vLLM docs, "Distributed inference and serving" (TP × PP GPUs per engine).
+    - CUDA C++ Programming Guide, "CUDA Environment Variables" (CUDA_VISIBLE_DEVICES).
+    """
+    skip = _applies(snap)
+    if skip:
+        return skip
+    visible = _visible(snap)
+    if visible is None:
+        return Unknown(f"no GPU facts ({snap.get('gpu.count').describe()})")
+    tp, pp, dp = _parallel(snap)
+    need = tp * pp * dp
+    if need <= len(visible):
+        return None
+    env = (snap.value("env") or {}).get("CUDA_VISIBLE_DEVICES")
+    seen = f" (CUDA_VISIBLE_DEVICES={env!r})" if env is not None else ""
+    fit = max(1, len(visible))
+    return Fail(
+        f"TP {tp} × PP {pp}" + (f" × DP {dp}" if dp > 1 else "") + f" = {need} GPUs needed, {len(visible)} visible{seen}",
+        [("launch.args.--tensor-parallel-size", tp), ("launch.args.--pipeline-parallel-size", pp), "gpu.count",
+         ("visible GPUs", visible)],
+        Fix("Fit the parallel sizes to the visible GPUs, or make more GPUs visible.",
+            [_command_with(snap, "--tensor-parallel-size", _largest_divisor_tp(snap, fit))]),
+    )
+
+
+def _largest_divisor_tp(snap, gpus: int) -> int:
+    heads = _int((_config(snap) or {}).get("num_attention_heads"))
+    for tp in range(gpus, 0, -1):
+        if heads is None or heads % tp == 0:
+            return tp
+    return 1
+
+
+@rule("GD706", "tensor-parallel-does-not-divide-model", severity=ERROR, area="launch")
+def tensor_parallel_does_not_divide_model(snap):
+    """The tensor-parallel size does not divide the model's attention heads (or PP its layers).
+
+    ## Why
+    vLLM shards attention heads evenly across the TP group and refuses otherwise:
+    "Total number of attention heads (N) must be divisible by tensor parallel size (T)." KV
+    heads must divide by TP, or TP by the KV heads (they are then replicated); pipeline
+    parallelism needs at least one layer per stage.
+
+    ## Fix
+    Pick a TP size that divides the head count (the closest that fits is suggested).
+
+    ## References
+    - vLLM `ModelConfig.verify_with_parallel_config` (vllm/config/model.py) and
+      `QKVParallelLinear` (KV-head replication).
+    """
+    skip = _applies(snap)
+    if skip:
+        return skip
+    cfg = _config(snap)
+    if cfg is None:
+        return Unknown(f"model config unknown ({snap.get('model.config').describe()})")
+    tp, pp, _ = _parallel(snap)
+    heads, kv_heads, layers = _int(cfg.get("num_attention_heads")), _int(cfg.get("num_key_value_heads")), _int(cfg.get("num_hidden_layers"))
+    fails = []
+    if heads and heads % tp:
+        fails.append(Fail(
+            f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp}). (vLLM's startup error)",
+            [("model.config.num_attention_heads", heads), ("launch.args.--tensor-parallel-size", tp)],
+            Fix("Use a TP size that divides the head count.", [_command_with(snap, "--tensor-parallel-size", _largest_divisor_tp(snap, tp))]),
+            subject="attention heads",
+        ))
+    elif kv_heads and kv_heads % tp and tp % kv_heads:
+        fails.append(Fail(
+            f"{kv_heads} KV heads cannot be split over TP {tp} (neither divides the other)",
+            [("model.config.num_key_value_heads", kv_heads), ("launch.args.--tensor-parallel-size", tp)],
+            Fix("Use a TP size that divides the KV heads or is a multiple of them."),
+            subject="KV heads",
+        ))
+    if layers and pp > layers:
+        fails.append(Fail(f"pipeline parallel size {pp} exceeds the model's {layers} layers",
+                          [("model.config.num_hidden_layers", layers), ("launch.args.--pipeline-parallel-size", pp)],
+                          Fix("Use fewer pipeline stages."), subject="layers"))
+    return fails
+
+
+@rule("GD707", "tensor-parallel-group-mixed-gpus", severity=ERROR, area="launch")
+def tensor_parallel_group_mixed_gpus(snap):
+    """The GPUs of one tensor/pipeline-parallel group are not the same model.
+
+    ## Why
+    vLLM sizes the KV cache from the smallest GPU of the group and runs every step at the pace
+    of the slowest; kernels and the attention backend are chosen once for all ranks, so a
+    backend valid on one compute capability (FA3 on 9.0, FP8 on ≥ 8.9) can fail on the other.
+    GD301 reports mixed GPUs on the machine; this rule reports the group this command uses.
+
+    ## Fix
+    Make only identical GPUs visible to the server (`CUDA_VISIBLE_DEVICES` in front of the
+    command, with `CUDA_DEVICE_ORDER=PCI_BUS_ID` so the indices are nvidia-smi's).
+
+    ## References
+    - research/facts.md §2.1–2.3; GD301 (rules/gpu.py).
+    """
+    skip = _applies(snap)
+    if skip:
+        return skip
+    group, why = _group(snap)
+    if group is None:
+        return Unknown(why)
+    if len(group) < 2:
+        return NotApplicable("one GPU per engine")
+    kinds: Dict[Tuple[Any, Any, Any], List[int]] = {}
+    for index in group:
+        key = (snap.value(f"gpu.{index}.name"), snap.value(f"gpu.{index}.compute_capability"), snap.value(f"gpu.{index}.memory_total"))
+        kinds.setdefault(key, []).append(index)
+    if len(kinds) < 2:
+        return None
+    described = "; ".join(f"{name} (cc {cc}, {gib(total) if isinstance(total, int) else '?'}) on GPU {','.join(map(str, idx))}"
+                          for (name, cc, total), idx in kinds.items())
+    ccs = {cc for _, cc, _ in kinds}
+    best = max(kinds.values(), key=len)
+    return Fail(
+        f"the {len(group)} GPUs of this engine differ: {described}; the KV cache is sized for the smallest and "
+        + ("kernels are chosen for one compute capability" if len(ccs) > 1 else "every step waits for the slowest"),
+        [f"gpu.{i}.name" for i in group] + [f"gpu.{i}.compute_capability" for i in group],
+        Fix("Serve on identical GPUs only.", [f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={','.join(map(str, best))} "
+                                               + _command_with(snap, "--tensor-parallel-size", len(best))]),
+        severity=ERROR if len(ccs) > 1 else WARNING,
+    )
