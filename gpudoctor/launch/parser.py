@@ -104,11 +104,29 @@ class FlagTable:
     known: Optional[Set[str]] = None
     aliases: Dict[str, str] = field(default_factory=dict)
     switches: Set[str] = field(default_factory=set)
+    # option string -> vllm_args.Arg (what it accepts), read from the installed vLLM's source;
+    # a flag missing here (or an empty dict) is checked by the built-in tables only.
+    specs: Dict[str, Any] = field(default_factory=dict)
+    complete: bool = True  # False: some add_argument calls could not be followed (see vllm_args)
 
     def canonical(self, name: str) -> str:
         return self.aliases.get(name) or BUILTIN_ALIASES.get(name) or name
 
+    def spec(self, name: str) -> Any:
+        return self.specs.get(name)
+
+    def negative(self, name: str) -> Optional[str]:
+        """The canonical flag a negative form sets to False (--no-x, 0.33's --disable-x), else None."""
+        spec = self.specs.get(name)
+        if spec is not None and name in getattr(spec, "negatives", ()):
+            longs = [n for n in spec.names if n.startswith("--")]
+            return longs[0] if longs else None
+        return None
+
     def is_switch(self, name: str) -> bool:
+        spec = self.specs.get(name)
+        if spec is not None:
+            return spec.action in ("switch", "bool") or name in spec.negatives
         if name in self.switches or name in BUILTIN_SWITCHES:
             return True
         if name.startswith("--no-"):
@@ -271,12 +289,36 @@ def parse_flags(words: Sequence[str], table: Optional[FlagTable] = None, launch:
             dotted.setdefault(base, []).append((keys, _json_value(value), append))
             launch.given.append((token, base))
             continue
-        if eq:
-            _store(launch, token, name, value)
+        spec = table.spec(name)
+        nargs = getattr(spec, "nargs", None)
+        if eq and spec is not None and table.is_switch(name):
+            launch.errors.append({"flag": token.split("=", 1)[0], "value": value, "problem": f"ignored explicit argument {value!r}: "
+                                  f"{token.split('=', 1)[0]} is a switch and takes no value"})
+            launch.given.append((token, name))
+        elif eq:
+            _store(launch, token, name, value, table)
         elif table.is_switch(name):
-            _store(launch, token, name, True)
+            _store(launch, token, name, True, table)
+        elif nargs == "?":
+            if i < len(words) and not _looks_like_flag(words[i]):
+                _store(launch, token, name, words[i], table)
+                i += 1
+            else:
+                _store(launch, token, name, True, table)
+        elif nargs in ("+", "*") or isinstance(nargs, int) and nargs > 1:
+            values = []
+            limit = nargs if isinstance(nargs, int) else len(words)
+            while i < len(words) and len(values) < limit and not _looks_like_flag(words[i]):
+                values.append(words[i])
+                i += 1
+            if not values and nargs != "*" or isinstance(nargs, int) and len(values) != nargs:
+                launch.errors.append({"flag": token, "value": None, "problem": "expected " + (
+                    f"{nargs} values" if isinstance(nargs, int) else "at least one value")})
+                launch.given.append((token, name))
+            else:
+                _store(launch, token, name, values, table)
         elif i < len(words) and not _looks_like_flag(words[i]):
-            _store(launch, token, name, words[i])
+            _store(launch, token, name, words[i], table)
             i += 1
         else:
             # A flag vLLM does not know at the end, or followed by another flag: a switch to us;
@@ -285,7 +327,7 @@ def parse_flags(words: Sequence[str], table: Optional[FlagTable] = None, launch:
                 launch.errors.append({"flag": token, "value": None, "problem": "expected a value"})
                 launch.given.append((token, name))
             else:
-                _store(launch, token, name, True)
+                _store(launch, token, name, True, table)
     for base, updates in dotted.items():
         current = launch.options.get(base)
         if isinstance(current, str):
@@ -306,8 +348,11 @@ def _optimization_flag(table: FlagTable) -> str:
     return "--optimization-level"
 
 
-def _store(launch: Launch, token: str, name: str, value: Any) -> None:
-    if name.startswith("--no-") and value is True:
+def _store(launch: Launch, token: str, name: str, value: Any, table: Optional[FlagTable] = None) -> None:
+    positive = table.negative(name) if table is not None else None
+    if positive and value is True:
+        launch.options[positive] = False  # --disable-prefix-caching: --enable-prefix-caching off
+    elif name.startswith("--no-") and value is True:
         launch.options["--" + name[5:]] = False
     launch.options[name] = value
     launch.given.append((token, name))
@@ -347,10 +392,20 @@ def human_int(text: str) -> int:
     return int(text)
 
 
-def typed_options(launch: Launch) -> Dict[str, Any]:
-    """The options with numbers and JSON converted; problems go to ``launch.errors``."""
+def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str, Any]:
+    """The options with numbers and JSON converted; problems go to ``launch.errors``.
+
+    With the installed vLLM's argument table (``table.specs``) each value is converted and
+    checked as vLLM would: its type, ``choices``, the numeric range of its config field and the
+    keys of a JSON config object; without it, by the built-in tables below.
+    """
     out: Dict[str, Any] = {}
     for name, value in launch.options.items():
+        spec = table.spec(name) if table is not None else None
+        if spec is not None and spec.action not in ("switch", "bool", "custom") and (isinstance(value, (str, list))
+                                                                                      or isinstance(value, dict) and spec.keys):
+            out[name] = _checked(launch, name, spec, value)
+            continue
         if not isinstance(value, str):
             out[name] = value
             continue
@@ -372,6 +427,34 @@ def typed_options(launch: Launch) -> Dict[str, Any]:
             problem = str(exc) if name in JSON_FLAGS else f"not a valid {_kind(name)}: {exc}"
             launch.errors.append({"flag": name, "value": value, "problem": problem})
     return out
+
+
+def _checked(launch: Launch, name: str, spec: Any, value: Any) -> Any:
+    """One value through vllm_args.convert/problems; the problems become launch.errors."""
+    from gpudoctor.launch import vllm_args
+
+    items = value if isinstance(value, list) else [value]
+    converted = []
+    for item in items:
+        if isinstance(item, dict):  # --json-arg.key value, already merged
+            result = item
+        else:
+            try:
+                result = vllm_args.convert(spec, str(item))
+            except ValueError as exc:
+                launch.errors.append({"flag": name, "value": item, "problem": f"not a valid {_spec_kind(spec)}: {exc}"})
+                return value
+        for problem in vllm_args.problems(spec, result):
+            launch.errors.append({"flag": name, "value": item, "problem": problem})
+        converted.append(result)
+    if spec.type in ("config", "json") and name == "--compilation-config" and isinstance(converted[0], int):
+        return {"level": converted[0]}
+    return converted if isinstance(value, list) else converted[0]
+
+
+def _spec_kind(spec: Any) -> str:
+    return {"int": "integer", "human_int": "integer", "human_int_or_auto": "integer (or auto)", "float": "number",
+            "json": "JSON value", "config": "JSON object", "dict_or_str": "JSON object or string"}.get(spec.type, "value")
 
 
 def _kind(name: str) -> str:

@@ -47,10 +47,29 @@ def _masked_env(env: Dict[str, str]) -> Dict[str, str]:
 
 
 def flag_table(found: Optional[Dict[str, Any]]) -> parser.FlagTable:
+    """The flags of the installed vLLM: the syntax-tree walk of vllm_args (names, negatives, types,
+    choices, ranges, JSON keys) merged over the text scan of vllm_source.flags (names only)."""
     flags = (found or {}).get("flags")
-    if flags is None:
+    args = (found or {}).get("args")
+    if flags is None and args is None:
         return parser.FlagTable()
-    return parser.FlagTable(set(flags.known), dict(flags.aliases), set(flags.switches))
+    known = set(flags.known) if flags is not None else set()
+    aliases = dict(flags.aliases) if flags is not None else {}
+    switches = set(flags.switches) if flags is not None else set()
+    specs: Dict[str, Any] = {}
+    complete = True
+    if args is not None:
+        complete = args.complete
+        known.update(args.names_only)
+        for name, spec in args.args.items():
+            known.add(name)
+            specs[name] = spec
+            longs = [n for n in spec.names if n.startswith("--")]
+            if longs and name in spec.names and name != longs[0]:
+                aliases[name] = longs[0]
+            elif longs and name not in spec.names:
+                aliases.pop(name, None)  # a negative form is its own option (it sets the flag False)
+    return parser.FlagTable(known, aliases, switches, specs, complete)
 
 
 def unknown_flags(launch: parser.Launch, table: parser.FlagTable) -> List[Dict[str, Any]]:
@@ -141,7 +160,7 @@ def collect(argv: Optional[Sequence[str]] = None, from_file: Optional[str] = Non
     table = flag_table(found)
     launch = parser.parse(argv, table, source, env=script_env)
     launch.notes[:0] = notes
-    typed = parser.typed_options(launch)
+    typed = parser.typed_options(launch, table)
     if isinstance(typed.get("--config"), str):
         launch.notes.append(f"flags inside --config {typed['--config']} are not read: checks use the command line only")
 
@@ -179,9 +198,18 @@ def collect(argv: Optional[Sequence[str]] = None, from_file: Optional[str] = Non
         for key in ("tool_parsers", "reasoning_parsers", "spec_methods", "architectures", "quantization", "attention_backends", "markers"):
             facts[f"launch.vllm.{key}"] = missing(ABSENT, why, "vllm source")
     else:
-        if found and found.get("flags") is not None:
-            facts["launch.unknown_flags"] = ok(unknown_flags(launch, table), f"{vsource} ({', '.join(found['flags'].files)})",
-                                               f"{len(table.known or ())} flags defined")
+        if found and (found.get("flags") is not None or found.get("args") is not None):
+            unknown = unknown_flags(launch, table)
+            args_table = found.get("args")
+            files = args_table.files if args_table is not None else found["flags"].files
+            if unknown and not table.complete:
+                # Some add_argument calls could not be followed: an unlisted flag may still exist.
+                why = "; ".join(args_table.problems[:3]) if args_table is not None else "source not fully readable"
+                facts["launch.unknown_flags"] = missing(ABSENT, f"cannot decide whether {', '.join(u['flag'] for u in unknown)} "
+                                                        f"exist: part of this vLLM's argument definitions could not be read ({why})",
+                                                        vsource)
+            else:
+                facts["launch.unknown_flags"] = ok(unknown, f"{vsource} ({', '.join(files)})", f"{len(table.known or ())} flags defined")
         else:
             facts["launch.unknown_flags"] = missing(ERROR, "cannot check flags: no add_argument calls found in this vLLM's source", vsource)
         labels = {

@@ -558,8 +558,15 @@ def markers(package: str) -> Dict[str, Optional[bool]]:
 def everything(package: str) -> Dict[str, Any]:
     """All extractions (each None when this vLLM has no such place)."""
     flag_table = flags(package)
+    try:
+        from gpudoctor.launch import vllm_args
+
+        arg_table = vllm_args.read_args(package, flag_files(package))
+    except Exception:  # an odd tree: names from the text scan only, no value checks
+        arg_table = None
     return {
         "flags": flag_table,
+        "args": arg_table,
         "tool_parsers": parser_names(package, "tool"),
         "reasoning_parsers": parser_names(package, "reasoning"),
         "spec_methods": speculative_methods(package),
