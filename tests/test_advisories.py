@@ -17,22 +17,17 @@ import time
 
 import pytest
 
-from gpudoctor import registry
-from gpudoctor.engine import run_rules
 from gpudoctor.probes import vllm_build as probe
 from gpudoctor.snapshot import Fact, Snapshot
 from gpudoctor_rules import advisories
 from gpudoctor_rules.advisories import Advisory, Marker, advisories_for, evaluate, probe_options
+from helpers import outcome
 from flash_attn_trees import (DFLASH_AFTER_46104, DFLASH_BEFORE_46104, RUNNER_AFTER_40727, RUNNER_BEFORE_40727, collect, snapshot,
                               torch_site, vllm)
 from test_pystack_env import SitePackages
 from test_vllm_build import git, install_editable, make_checkout
 
 PY = shlex.quote(sys.executable)
-
-
-def outcome(snap, rule_id):
-    return run_rules(snap, [registry.find(rule_id)]).outcomes[0]
 
 
 def by_id(results):

@@ -148,7 +148,8 @@ def test_compilers_from_cc_cudahostcxx_and_path(machine, tmp_path):
 
 
 def test_compiler_that_does_not_exist(tmp_path):
-    fact = probe(tmp_path, {"PATH": str(tmp_path), "CC": "/opt/gcc/bin/gcc"})["cuda.gcc"]
+    # A path under tmp_path: a real-looking /opt/gcc/bin/gcc exists on some GPU machines.
+    fact = probe(tmp_path, {"PATH": str(tmp_path), "CC": str(tmp_path / "no-such-gcc" / "bin" / "gcc")})["cuda.gcc"]
     assert fact.status == "absent"
     assert any(c.get("error") for c in fact.value)
 

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import registry
-from gpudoctor.engine import run_rules
 from gpudoctor.gpu_table import KNOWN_CCS, kernel_support
 from gpudoctor.probes import Context, cuda, fatbin
 from gpudoctor.snapshot import Fact, Snapshot, missing, ok
+from helpers import outcome
 
 from test_cuda_probe import GCC_13, NVCC_12_4, NVCC_13_0, executable, toolkit
 
@@ -38,12 +37,6 @@ def with_gpu(snap, cc, name="GPU"):
     snap.facts["gpu.0.compute_capability"] = ok(cc, "test")
     snap.facts["gpu.0.name"] = ok(name, "test")
     return snap
-
-
-def outcome(snap, rule_id):
-    meta = registry.find(rule_id)
-    assert meta is not None, rule_id
-    return run_rules(snap, [meta]).outcomes[0]
 
 
 def binary(scan_name, path=FA2, dist="flash-attn", package="flash_attn_2_cuda"):

@@ -11,10 +11,9 @@ import sys
 
 import pytest
 
-from gpudoctor import registry
-from gpudoctor.engine import run_rules
 from gpudoctor.probes import flash_attn as probe
 from gpudoctor.snapshot import ok
+from helpers import findings, outcome
 from flash_attn_trees import (EXT_OLD, ROTARY_GUARDED, TORCHABI, collect, fa2, fa4, snapshot, torch_site, vllm)
 from test_pystack_env import FA2_SO, SM86, SitePackages
 
@@ -23,14 +22,6 @@ CP = "cp%d%d" % sys.version_info[:2]
 HOST = {"host__cpus": 16, "host__memory_available": 64 << 30}
 # CUDA_HOME with an nvcc of torch's CUDA major (12.x): nothing stops a source build but ninja.
 NVCC12 = {"cuda__home": {"path": "/usr/local/cuda-12.8", "nvcc": "/usr/local/cuda-12.8/bin/nvcc", "nvcc_version": "12.8"}}
-
-
-def outcome(snap, rule_id):
-    return run_rules(snap, [registry.find(rule_id)]).outcomes[0]
-
-
-def findings(snap, rule_id):
-    return outcome(snap, rule_id).findings
 
 
 @pytest.fixture
@@ -308,6 +299,9 @@ def test_gd405_no_ninja_and_no_matching_nvcc(site):
     fa2(site, version="2.8.3+cu12torch2.7cxx11abiTRUE", ext=EXT_OLD)
     home13 = {"path": "/usr/local/cuda-13.0", "nvcc": "/usr/local/cuda-13.0/bin/nvcc", "nvcc_version": "13.0"}
     snap = snapshot(site.path, environ={"PATH": "/nonexistent"}, cuda__home=home13, env={"MAX_JOBS": "32"}, **HOST)
+    # The probe also looks in sys.prefix/bin, which is this machine's (/usr/bin/ninja on a GPU host
+    # running the suite in its system Python): pin it to "no ninja anywhere".
+    snap.facts["flash_attn.build_env"] = ok(dict(snap.value("flash_attn.build_env"), ninja_in_prefix=None, ninja_dist=None), "test")
     [finding] = findings(snap, "GD405")
     assert finding.severity == "error"  # the nvcc major mismatch stops the build
     assert "ninja is not installed: the build runs serially and takes hours" in finding.message

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import registry
-from gpudoctor.engine import run_rules
 from gpudoctor.probes import fatbin, pyenv
 from gpudoctor.snapshot import Fact, Snapshot, ok
+from helpers import outcome
 
 from test_pystack_env import FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages
 
@@ -34,10 +33,6 @@ def snapshot_of(site: SitePackages, record: str = "stack", **facts) -> Snapshot:
     for path, value in facts.items():
         snap.facts[path.replace("__", ".")] = value if isinstance(value, Fact) else ok(value, "test")
     return snap
-
-
-def outcome(snap, rule_id):
-    return run_rules(snap, [registry.find(rule_id)]).outcomes[0]
 
 
 @pytest.fixture

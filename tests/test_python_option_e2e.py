@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import doc_findings as findings, doc_outcome as outcome
 from test_pystack_env import COMPRESSED, FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages, make_venv, venv_site
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,14 +40,6 @@ def check_json(python, *extra, prefix=()):
     proc = gd("check", "--python", str(python), "--gpu", "sm_80", "--format", "json", *extra, prefix=prefix)
     assert proc.returncode in (0, 1), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
-
-
-def findings(doc, rule_id):
-    return [f for f in doc["findings"] if f["id"] == rule_id]
-
-
-def outcome(doc, rule_id):
-    return next(o for o in doc["outcomes"] if o["id"] == rule_id)
 
 
 def populate(site: SitePackages, torch="2.11.0", fa2_lib=SM86):

@@ -150,16 +150,61 @@ def test_check_smoke_against_the_real_server(plain):
     assert statuses["GD807"] == "not_applicable" and code == 0
 
 
-def test_check_smoke_without_a_url_finds_a_server_listening_here(plain):
+def _port_discovery_prefers() -> int:
+    """A free port that discovery ranks before every other inference server listening here.
+
+    Discovery prefers port 8000, then the lowest port; other servers on this machine (a user's
+    llama-server, another test run) must not decide what this test sees."""
+    import socket
+
+    import psutil
+
+    from gpudoctor.smoke.probe import SERVER_PROCESS
+
+    def rank(port):
+        return 0 if port == 8000 else port
+
+    theirs = set()
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.pid and conn.laddr:
+            try:
+                if SERVER_PROCESS.search(" ".join(psutil.Process(conn.pid).cmdline())):
+                    theirs.add(conn.laddr.port)
+            except (psutil.Error, OSError):
+                continue
+    best = min((rank(p) for p in theirs), default=1 << 17)
+    for port in [8000] + list(range(1025, 1200)):
+        if rank(port) >= best:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    pytest.skip(f"another inference server listens on port {min(theirs, key=rank)}, which discovery rightly prefers")
+
+
+def test_check_smoke_without_a_url_finds_a_server_listening_here():
     import psutil
 
     from gpudoctor.smoke.probe import discover_url
 
-    url, how = discover_url()
-    assert how.startswith("found pid"), how
-    port = int(url.rsplit(":", 1)[1])
-    owners = [c.pid for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
-    assert owners and "xllamacpp" in " ".join(psutil.Process(owners[0]).cmdline())
+    for attempt in range(3):  # the port can be taken between the check and the server's bind
+        try:
+            server = LlamaServer(n_parallel=1, port=_port_discovery_prefers()).start()
+            break
+        except ServerUnavailable:
+            if attempt == 2:
+                raise
+    try:
+        url, how = discover_url()
+        assert how.startswith("found pid"), how
+        port = int(url.rsplit(":", 1)[1])
+        owners = [c.pid for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+        assert owners and "xllamacpp" in " ".join(psutil.Process(owners[0]).cmdline())
+    finally:
+        server.stop()
 
 
 def test_real_server_with_an_api_key():

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import registry
-from gpudoctor.engine import run_rules
 from gpudoctor.probes import vllm_build as probe
 from gpudoctor.render import headlines
 from gpudoctor.snapshot import Snapshot
+from helpers import findings, outcome
 from flash_attn_trees import collect, snapshot, torch_site, vllm
 from test_pystack_env import SitePackages, make_venv, venv_site
 from test_python_option_e2e import findings as doc_findings
@@ -27,14 +26,6 @@ from test_python_option_e2e import gd
 
 PY = shlex.quote(sys.executable)
 SHA = "2f3f441f8c0ffee0123456789abcdef012345678"
-
-
-def outcome(snap, rule_id):
-    return run_rules(snap, [registry.find(rule_id)]).outcomes[0]
-
-
-def findings(snap, rule_id):
-    return outcome(snap, rule_id).findings
 
 
 def git(repo, *args, check=True):

@@ -1,0 +1,30 @@
+"""Fixtures every test module can use. Plain helper functions are in helpers.py.
+
+The suite is hermetic: it must pass on a CI box without a GPU and on a GPU host that
+has its own toolkits, compilers and servers. Tests build the machine they describe
+(tmp_path trees, snapshots, the recorded NVML below) instead of reading this one.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import fake_nvml
+
+
+@pytest.fixture
+def fake_nvml_module(monkeypatch):
+    """Install a recorded NVML as ``pynvml``: ``nv = fake_nvml_module(fake_nvml.h200())``.
+
+    The adapter (gpudoctor/probes/nvml.py) imports ``pynvml`` at call time, so it finds the
+    replacement; nothing of gpudoctor is patched. Returns the module (``nv.calls`` records
+    init/shutdown)."""
+
+    def install(tape, **options):
+        module = fake_nvml.module(tape, **options)
+        monkeypatch.setitem(sys.modules, "pynvml", module)
+        return module
+
+    return install

@@ -1,0 +1,35 @@
+"""Helpers shared by the test modules: run one rule, read a rendered document.
+
+Plain functions, imported by name (``from helpers import outcome``); the fixtures every test
+can use are in conftest.py. A helper used by two test files belongs here, not in a copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from gpudoctor import registry
+from gpudoctor.engine import run_rules
+from gpudoctor.rule import Outcome
+from gpudoctor.snapshot import Snapshot
+
+
+def outcome(snap: Snapshot, rule_id: str) -> Outcome:
+    """The outcome of one rule (by ID or name) on a snapshot."""
+    meta = registry.find(rule_id)
+    assert meta is not None, rule_id
+    return run_rules(snap, [meta]).outcomes[0]
+
+
+def findings(snap: Snapshot, rule_id: str) -> list:
+    return outcome(snap, rule_id).findings
+
+
+def doc_outcome(doc: Dict[str, Any], rule_id: str) -> Dict[str, Any]:
+    """The one outcome of ``rule_id`` in a JSON document (``--format json``)."""
+    (found,) = [o for o in doc["outcomes"] if o["id"] == rule_id]
+    return found
+
+
+def doc_findings(doc: Dict[str, Any], rule_id: str) -> List[Dict[str, Any]]:
+    return [f for f in doc["findings"] if f["id"] == rule_id]

@@ -1,0 +1,179 @@
+"""gpudoctor/probes/nvml.py against a recorded NVML (tests/fake_nvml.py) replaying H200 captures.
+
+The strongest check: fed the capture of the 1-GPU H200, the adapter gives the very facts it
+recorded on that machine (tests/fixtures/snapshots/h200.json), UUID aside (another session).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import fake_nvml
+from gpudoctor.probes import nvml
+
+SNAPSHOTS = Path(__file__).resolve().parent / "fixtures" / "snapshots"
+
+
+def recorded(name):
+    doc = json.loads((SNAPSHOTS / name).read_text(encoding="utf-8"))
+    return doc.get("facts", doc)
+
+
+def plain(facts):
+    return {path: fact.to_json() for path, fact in facts.items()}
+
+
+def test_replaying_the_h200_capture_gives_what_the_adapter_recorded_on_the_h200(fake_nvml_module):
+    nv = fake_nvml_module(fake_nvml.h200())
+    facts = plain(nvml.collect())
+    want = {path: fact for path, fact in recorded("h200.json").items()
+            if fact.get("source") == "nvml" or path in ("driver.nvml", "gpu.count")}
+    got = {path: fact for path, fact in facts.items() if path in want}
+    got.pop("gpu.0.uuid"), want.pop("gpu.0.uuid")
+    assert got == want
+    assert set(facts) - set(want) - {"gpu.0.uuid"} == {"driver.library_path"}  # from /proc/self/maps: no real NVML here
+    assert facts["driver.library_path"]["status"] == "absent"
+    assert nv.calls == ["nvmlInit", "nvmlShutdown"]
+
+
+def test_the_h200_capture_values(fake_nvml_module):
+    fake_nvml_module(fake_nvml.h200())
+    facts = nvml.collect()
+    assert facts["gpu.0.name"].value == "NVIDIA H200"  # bytes from the binding, decoded
+    assert facts["gpu.0.uuid"].value == "GPU-740e6113-8957-3bf6-e279-a173014b3718"
+    assert facts["gpu.0.memory_reserved"].value == 644939776
+    assert facts["gpu.0.nvlink_active"].status == "not_supported"
+    assert facts["gpu.0.nvlink_active"].value == {"code": 3, "name": "NotSupported"}
+    assert facts["gpu.0.throttle_reasons"].value == ["gpu_idle"]
+
+
+def test_two_h200s_with_nvlink(fake_nvml_module):
+    fake_nvml_module(fake_nvml.h200x2())
+    facts = nvml.collect()
+    assert facts["gpu.count"].value == 2
+    assert [facts[f"gpu.{i}.pci_bus_id"].value for i in (0, 1)] == ["00000000:00:06.0", "00000000:00:07.0"]
+    assert facts["gpu.1.nvlink_active"].value == 18  # all 18 links active; link 18 answers InvalidArgument
+    assert facts["gpu.0.memory_total"].value == 150754820096 and facts["gpu.0.memory_used"].value == 0
+    # what nvml-multi.json did not record answers NotSupported, never a crash
+    for key in ("ecc_mode", "mig_mode", "persistence_mode", "compute_mode", "pcie_gen_current", "processes", "remapped_rows"):
+        assert facts[f"gpu.1.{key}"].status == "not_supported", key
+        assert "NVML NotSupported: Not Supported" == facts[f"gpu.1.{key}"].detail
+
+
+def test_the_stale_process_the_h200_showed(fake_nvml_module):
+    fake_nvml_module(fake_nvml.h200_stale_process())
+    facts = nvml.collect()
+    assert facts["gpu.0.processes"].value == [{"pid": 641, "used_memory": 2690646016, "type": "C"}]
+    assert facts["gpu.0.memory_used"].value == 2690646016
+    assert facts["gpu.0.memory_free"].value == 147409993728
+
+
+def test_graphics_processes_merge_and_unavailable_memory(fake_nvml_module):
+    tape = fake_nvml.h200()
+    tape["gpus"][0]["procs"] = [{"pid": 10, "usedGpuMemory": 1 << 30}, {"pid": 11, "usedGpuMemory": None}]
+    tape["gpus"][0]["graphics_procs"] = [{"pid": 10, "usedGpuMemory": 1 << 30}, {"pid": 12, "usedGpuMemory": (1 << 64) - 1}]
+    fake_nvml_module(tape)
+    procs = nvml.collect()["gpu.0.processes"].value
+    assert procs == [{"pid": 10, "used_memory": 1 << 30, "type": "C+G"}, {"pid": 11, "used_memory": None, "type": "C"},
+                     {"pid": 12, "used_memory": None, "type": "G"}]
+
+
+@pytest.mark.parametrize("code, status", [("LibraryNotFound", "error"), ("DriverNotLoaded", "error"),
+                                          ("LibRmVersionMismatch", "error"), ("NoPermission", "no_permission"),
+                                          ("Timeout", "timeout")])
+def test_init_failures_become_the_driver_nvml_fact(fake_nvml_module, code, status):
+    tape = dict(fake_nvml.h200(), init_error=code)
+    nv = fake_nvml_module(tape)
+    facts = nvml.collect()
+    assert list(facts) == ["driver.nvml"]
+    assert facts["driver.nvml"].status == status
+    assert facts["driver.nvml"].value["name"] == code
+    assert nv.calls == ["nvmlInit"]  # no shutdown after a failed init
+
+
+def test_one_lost_gpu_does_not_hide_the_other(fake_nvml_module):
+    tape = fake_nvml.h200x2()
+    tape["gpus"][0]["handle"] = "ERR NVMLError_GpuIsLost GPU is lost"
+    fake_nvml_module(tape)
+    facts = nvml.collect()
+    assert facts["gpu.0.name"].status == "error" and "GpuIsLost" in facts["gpu.0.name"].detail
+    assert "gpu.0.memory_total" not in facts
+    assert facts["gpu.1.name"].value == "NVIDIA H200"
+
+
+def test_call_errors_map_to_statuses(fake_nvml_module):
+    tape = fake_nvml.h200()
+    gpu = tape["gpus"][0]
+    gpu["procs"] = "ERR NVMLError_NoPermission Insufficient Permissions"
+    gpu["ecc_uncorrected_volatile"] = "ERR NVMLError_Timeout Timeout"
+    gpu["cc"] = "ERR NVMLError_Unknown Unknown Error"
+    gpu["nvlink_active"] = "ERR NVMLError_Unknown Unknown Error"
+    fake_nvml_module(tape)
+    facts = nvml.collect()
+    assert facts["gpu.0.processes"].status == "no_permission"
+    assert facts["gpu.0.ecc_uncorrected_volatile"].status == "timeout"
+    assert facts["gpu.0.compute_capability"].status == "error"
+    assert facts["gpu.0.compute_capability"].value == {"code": 999, "name": "Unknown"}
+    # no link could be read: an unexplained error on link 0 says "not supported", not a false alarm
+    assert facts["gpu.0.nvlink_active"].status == "not_supported"
+
+
+def test_an_unexpected_answer_is_an_error_fact(fake_nvml_module):
+    tape = fake_nvml.h200()
+    tape["gpus"][0]["cc"] = [9]  # a one-element answer: the conversion fails
+    fake_nvml_module(tape)
+    fact = nvml.collect()["gpu.0.compute_capability"]
+    assert fact.status == "error" and fact.detail.startswith("unexpected NVML answer")
+
+
+def test_old_binding_and_old_driver_fall_back(fake_nvml_module):
+    fake_nvml_module(fake_nvml.h200(), v2_memory=False, missing=("nvmlDeviceGetCurrentClocksEventReasons",
+                                                                  "nvmlDeviceGetGpuMaxPcieLinkGeneration"))
+    facts = nvml.collect()
+    assert facts["gpu.0.memory_used"].value == 644939776  # v1: the reserve counts as used
+    assert facts["gpu.0.memory_reserved"].status == "not_supported"
+    assert facts["gpu.0.throttle_reasons"].value == ["gpu_idle"]
+    assert facts["gpu.0.pcie_gen_max"].value == 5
+
+
+def test_a_driver_without_the_cuda_version_call(fake_nvml_module):
+    tape = dict(fake_nvml.h200(), cuda_driver="ERR NVMLError_FunctionNotFound Function Not Found")
+    fake_nvml_module(tape)
+    fact = nvml.collect()["driver.cuda_max"]
+    assert fact.status == "not_supported" and fact.value["name"] == "FunctionNotFound"
+
+
+def test_a_pynvml_that_is_not_nvidia_ml_py(fake_nvml_module):
+    fake_nvml_module(fake_nvml.h200(), missing=("nvmlDeviceGetCudaComputeCapability",))
+    fact = nvml.collect()["driver.nvml"]
+    assert fact.status == "error" and "is not nvidia-ml-py" in fact.detail
+
+
+def test_no_pynvml_at_all(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # what `import pynvml` raises ImportError for
+    fact = nvml.collect()["driver.nvml"]
+    assert fact.status == "absent" and "pynvml not importable" in fact.detail
+
+
+def test_a_failing_shutdown_is_ignored(fake_nvml_module):
+    nv = fake_nvml_module(fake_nvml.h200())
+
+    def shutdown():
+        raise fake_nvml.error("Uninitialized")
+
+    nv.nvmlShutdown = shutdown
+    assert nvml.collect()["gpu.count"].value == 1
+
+
+def test_non_nvml_exceptions_and_the_loaded_library(tmp_path):
+    fact = nvml._error_fact(OSError("libnvidia-ml.so.1: cannot open shared object file"))
+    assert fact.status == "error" and fact.detail.startswith("OSError")
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 00000000 08:01 42   /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.159.04\n")
+    assert nvml.loaded_library_path(str(maps)) == "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.159.04"
+    assert nvml.loaded_library_path(str(tmp_path / "absent")) is None
