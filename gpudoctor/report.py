@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from gpudoctor import __version__
 from gpudoctor.engine import Result
 from gpudoctor.explain import Confirmation, Match, Text, describe_fact, natural_key, summary
-from gpudoctor.redact import shown_value
+from gpudoctor.render.values import render, show
 from gpudoctor.rule import AREAS, FAIL, SEVERITY_RANK, Finding
 from gpudoctor.snapshot import Fact, Snapshot, gib, mib
 
@@ -251,7 +251,10 @@ def version_rows(snapshot: Snapshot) -> List[Dict[str, str]]:
     kernel = snapshot.get("driver.kernel_module_version")
     kind = snapshot.value("driver.kernel_module_type")
     add("Kernel module", "driver.kernel_module_version", f"{kernel.value} ({kind})" if kernel.ok and kind else None)
-    _group(snapshot, "CUDA toolkit", "cuda.", (), rows)
+    _group(snapshot, "CUDA toolkit", "cuda.", (), rows, exclude=("cuda.gcc",))
+    if "cuda.gcc" in snapshot.facts:
+        gcc = snapshot.get("cuda.gcc")
+        add("Host compiler (for CUDA builds)", "cuda.gcc", _clip(summary(gcc.value), CELL_LIMIT) if gcc.ok else None)
     torch = snapshot.get("torch.version")
     cuda = snapshot.value("torch.cuda")
     add("torch", "torch.version", f"{torch.value} (CUDA {cuda})" if torch.ok and cuda else None)
@@ -277,7 +280,8 @@ def version_rows(snapshot: Snapshot) -> List[Dict[str, str]]:
     return rows
 
 
-def _group(snapshot: Snapshot, title: str, prefix: str, dists: Sequence[str], rows: List[Dict[str, str]]) -> None:
+def _group(snapshot: Snapshot, title: str, prefix: str, dists: Sequence[str], rows: List[Dict[str, str]],
+           exclude: Sequence[str] = ()) -> None:
     """Rows for one component: its distributions in packages.stack, then every fact under ``prefix``."""
     found: List[Tuple[str, str]] = []
     stack = snapshot.get("packages.stack")
@@ -293,7 +297,7 @@ def _group(snapshot: Snapshot, title: str, prefix: str, dists: Sequence[str], ro
                     text += f", editable from {editable[module]}"
                 found.append((f"packages.stack.{name}", text))
     # "<prefix>version" first: the row that carries the group's name should be the version.
-    paths = sorted((p for p in snapshot.facts if p.startswith(prefix)), key=lambda p: (p != prefix + "version", natural_key(p)))
+    paths = sorted((p for p in snapshot.facts if p.startswith(prefix) and p not in exclude), key=lambda p: (p != prefix + "version", natural_key(p)))
     for path in paths:
         fact = snapshot.get(path)
         found.append((path, _clip(summary(fact.value), CELL_LIMIT) if fact.ok else _value(snapshot, path)))
@@ -348,52 +352,108 @@ def _onoff(value: Any) -> str:
 
 _PREFERRED = ("gpu", "pid", "ppid", "user", "uid", "state", "role", "stack", "comm", "title", "name", "kind",
               "port", "address", "family", "size", "used_memory", "in_use_by", "cmdline")
-_BULK = 4000  # a dict fact bigger than this (as JSON) is summarised, not listed
+# Facts the Processes section reads itself (the rest of processes.* is listed generically).
+_OWN = ("processes.index", "processes.scan", "processes.self", "processes.users", "processes.serving", "processes.port",
+        "processes.shm")
 
 
 def process_sections(snapshot: Snapshot) -> List[Tuple[str, List[str], List[List[str]], List[str]]]:
-    """(title, header, rows, notes) for the GPU processes and every ``processes.*`` fact."""
+    """(title, header, rows, notes): the GPU processes, the serving processes, the port, shared memory.
+
+    Rows are what people read (names, users, ages, MiB), never the probes' internal lists;
+    the whole of every fact is in the snapshot (``--bundle``, ``--snapshot-file``)."""
     sections = []
-    gpu_procs = []
+    names = _process_names(snapshot)
+    gpu_rows = []
     for i in snapshot.gpu_indices():
         for proc in snapshot.value(f"gpu.{i}.processes") or []:
             if isinstance(proc, dict):
-                gpu_procs.append(dict(proc, gpu=i))
-    if gpu_procs:
-        header, rows = _dict_table(gpu_procs)
-        sections.append(("Processes on the GPUs (NVML)", header, rows, []))
+                pid = proc.get("pid")
+                comm, user = names.get(str(pid), ("", ""))
+                gpu_rows.append([str(i), str(pid), comm, user, show("used_memory", proc.get("used_memory")), str(proc.get("type", ""))])
+    if gpu_rows:
+        sections.append(("Processes on the GPUs (NVML)", ["gpu", "pid", "name", "user", "memory", "type"], gpu_rows[:ROW_LIMIT],
+                         [f"{len(gpu_rows) - ROW_LIMIT} more in the snapshot"] if len(gpu_rows) > ROW_LIMIT else []))
     elif snapshot.gpu_indices():
         sections.append(("Processes on the GPUs (NVML)", [], [], ["none"]))
-    for path, fact in snapshot.with_prefix("processes."):
-        title = path
-        if not fact.ok:
-            sections.append((title, [], [], [f"{fact.status}" + (f" ({fact.detail})" if fact.detail else "")]))
-            continue
-        value = fact.value
-        notes: List[str] = [fact.detail] if fact.detail else []
-        if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-            header, rows = _dict_table(value)
-            sections.append((title, header, rows, notes))
-        elif isinstance(value, list):
-            sections.append((title, [], [], notes + [f"{len(value)} entries" if value else "none"]))
-        elif isinstance(value, dict):
-            lists = {k: v for k, v in value.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)}
-            scalars = {k: v for k, v in value.items() if k not in lists}
-            encoded = _compact(scalars)
-            if len(encoded) > _BULK or len(scalars) > 12:  # a table keyed by PID or UID: leave it to the JSON
-                notes.append(f"{len(value)} entries (in the snapshot JSON below)")
-            elif scalars:
-                notes.append(", ".join(f"{k}: {_compact(v) if not isinstance(v, str) else v}" for k, v in scalars.items()))
-            if lists:
-                for key, items in lists.items():
-                    header, rows = _dict_table(items)
-                    sections.append((f"{title}.{key}", header, rows, notes))
-                    notes = []
-            else:
-                sections.append((title, [], [], notes))
+
+    serving = snapshot.get("processes.serving")
+    if "processes.serving" in snapshot.facts:
+        if not serving.ok:
+            sections.append(("Serving processes", [], [], [_status(serving)]))
+        elif not serving.value:
+            sections.append(("Serving processes", [], [], ["none found"]))
+        elif isinstance(serving.value, list):
+            now = (snapshot.value("processes.scan") or {}).get("time") if isinstance(snapshot.value("processes.scan"), dict) else None
+            rows = []
+            for proc in [p for p in serving.value if isinstance(p, dict)][:ROW_LIMIT]:
+                age = _age(now, proc.get("create_time"))
+                rows.append([str(proc.get("pid", "")), str(proc.get("ppid", "")), str(proc.get("user", proc.get("uid", ""))),
+                             f"{proc.get('stack', '')} {proc.get('role', '')}".strip(), str(proc.get("state", "")), age,
+                             _clip(str(proc.get("cmdline") or proc.get("title") or proc.get("comm") or ""), 200)])
+            sections.append(("Serving processes", ["pid", "ppid", "user", "what", "state", "up", "command"], rows,
+                             [f"{len(serving.value) - ROW_LIMIT} more in the snapshot"] if len(serving.value) > ROW_LIMIT else []))
+
+    port = snapshot.get("processes.port")
+    if port.ok and isinstance(port.value, dict):
+        listeners = [x for x in port.value.get("listeners") or [] if isinstance(x, dict)]
+        title = f"Port {port.value.get('port', '?')}"
+        if listeners:
+            header, rows = _dict_table(listeners)
+            sections.append((title, header, rows, []))
         else:
-            sections.append((title, [], [], notes + [str(value)]))
+            sections.append((title, [], [], ["free (nothing listening)"]))
+    elif "processes.port" in snapshot.facts:
+        sections.append(("Port", [], [], [_status(port)]))
+
+    shm = snapshot.get("processes.shm")
+    if shm.ok and isinstance(shm.value, dict):
+        files = [x for x in shm.value.get("files") or [] if isinstance(x, dict)]
+        title = f"Shared memory ({shm.value.get('dir', '/dev/shm')})"
+        if files:
+            header, rows = _dict_table(files)
+            sections.append((title, header, rows, []))
+        else:
+            sections.append((title, [], [], ["no leftover segments"]))
+
+    scan = snapshot.get("processes.index")
+    if scan.ok and scan.detail:
+        sections.append(("Scanned", [], [], [scan.detail]))
+    for path, fact in snapshot.with_prefix("processes."):
+        if path in _OWN:
+            continue
+        sections.append((path, [], [], [_clip(render(fact.value), 300) if fact.ok else _status(fact)]))
     return sections
+
+
+def _process_names(snapshot: Snapshot) -> Dict[str, Tuple[str, str]]:
+    """PID -> (command name, user) from processes.index ({pid: [ppid, uid, state, comm, start]})."""
+    index = snapshot.value("processes.index")
+    users = snapshot.value("processes.users")
+    users = users if isinstance(users, dict) else {}
+    out: Dict[str, Tuple[str, str]] = {}
+    if isinstance(index, dict):
+        for pid, entry in index.items():
+            if isinstance(entry, list) and len(entry) >= 4:
+                out[str(pid)] = (str(entry[3]), str(users.get(str(entry[1]), entry[1])))
+    return out
+
+
+def _age(now: Any, start: Any) -> str:
+    if not isinstance(now, (int, float)) or not isinstance(start, (int, float)) or now < start:
+        return ""
+    seconds = int(now - start)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 172800:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
+
+
+def _status(fact: Fact) -> str:
+    return fact.status + (f" ({fact.detail})" if fact.detail else "")
 
 
 def _dict_table(items: Sequence[Dict[str, Any]]) -> Tuple[List[str], List[List[str]]]:
@@ -447,11 +507,30 @@ def verdict_line(report: Report) -> str:
 
 
 # --- Markdown ----------------------------------------------------------------------------
-def to_markdown(report: Report) -> str:
+ISSUE_LIMIT = 65536  # characters GitHub accepts in an issue body
+MARGIN = 4096  # room for the redaction pass (anonymized names can be longer than the originals)
+FINDINGS_IN_FULL = 25  # findings shown with evidence and fix (within FINDINGS_BUDGET); the rest one line each
+FINDINGS_BUDGET = 20000  # characters of one findings section
+ONE_LINE_FINDINGS = 40
+MESSAGE_LIMIT = 2000  # characters of a finding's message, of its fix summary, of one fix command
+EVIDENCE_LIMIT = 600  # characters of one evidence value in the report
+LOG_BUDGET = 16000  # characters of the log excerpt
+
+
+def to_markdown(report: Report, snapshot_note: str = "", limit: int = ISSUE_LIMIT,
+                scrub: Optional[Callable[[str], str]] = None) -> str:
+    """The issue body, at most ``limit`` characters: sections that do not fit are left out, last first.
+
+    Laid out like vLLM's bug template (the bug, then the environment), the verdict on top.
+    ``snapshot_note`` says where the full snapshot went (--bundle, --snapshot-file); the
+    snapshot itself is never inlined: on a real machine it alone is past GitHub's limit.
+    """
     snap = report.snapshot
+    from gpudoctor.gates import not_checked
     from gpudoctor.render.headlines import context
 
-    out: List[str] = [
+    sections: List[Tuple[str, int, List[str]]] = []  # (name, drop order: higher goes first, lines)
+    top: List[str] = [
         "## gpudoctor report",
         "",
         f"_gpudoctor {__version__} · {plain(report.source)} · {report.generated} · {plain(context(snap))}_",
@@ -462,16 +541,30 @@ def to_markdown(report: Report) -> str:
         "",
     ]
     if report.log and report.log.matches:
-        out.append("Recognised in the log: " + "; ".join(_signature_summary(m, c) for m, c in zip(report.log.matches, report.log.confirmations)) + ".")
-        out.append("")
-    for finding in report.blocking:
-        out.extend(_finding_md(finding))
+        top.append("Recognised in the log: " + "; ".join(_signature_summary(m, c) for m, c in zip(report.log.matches, report.log.confirmations)) + ".")
+        top.append("")
+    gaps = not_checked(report.result.outcomes)
+    if gaps:
+        top += ["Not checked (rules that could not decide):", ""]
+        top += [f"- **{plain(g.title)}**: {g.count} undecided: {plain_paragraph(g.line())}" for g in gaps]
+        top.append("")
+    sections.append(("verdict", 0, top))
+    blocking = report.blocking
+    sections.append(("blocking findings", 0, _findings_md(blocking)))
+    sections.append(("bug", 0, [
+        "### 🐛 Describe the bug",
+        "",
+        "<!-- What you ran (the exact command), what you expected, and what happened instead. "
+        "gpudoctor's findings are above; the environment follows. -->",
+        "",
+    ]))
 
-    out += ["### Versions", ""]
-    out += table(["component", "version", "fact"], [[plain(r["component"]) if r["component"] else "", code(r["value"]), code(r["fact"])] for r in version_rows(snap)])
-    out.append("")
+    versions = ["### Your current environment", ""]
+    versions += table(["component", "version", "fact"], [[plain(r["component"]) if r["component"] else "", code(r["value"]), code(r["fact"])] for r in version_rows(snap)])
+    versions.append("")
+    sections.append(("versions", 0, versions))
 
-    out += ["### GPUs", ""]
+    gpu_md = ["### GPUs", ""]
     gpus = gpu_rows(snap)
     if gpus:
         header = ["#", "name", "cc", "memory", "used", "UUID", "PCIe", "persistence", "MIG", "ECC"]
@@ -480,52 +573,116 @@ def to_markdown(report: Report) -> str:
              code(g["uuid"]), code(g["pcie"]), g["persistence_mode"], g["mig_mode"], g["ecc_mode"]]
             for g in gpus
         ]
-        out += table(header, rows)
+        gpu_md += table(header, rows)
     else:
-        out.append(f"No GPU was read: `gpu.count` is {code(_value(snap, 'gpu.count'))}.")
-    out.append("")
+        gpu_md.append(f"No GPU was read: `gpu.count` is {code(_value(snap, 'gpu.count'))}.")
+    gpu_md.append("")
+    sections.append(("GPUs", 1, gpu_md))
 
-    out += ["### Processes", ""]
-    sections = process_sections(snap)
-    if not sections:
-        out += ["Not collected.", ""]
-    for title, header, rows, notes in sections:
-        out.append(f"**{plain(title)}**" + (": " + plain("; ".join(notes)) if notes else ""))
-        out.append("")
+    procs = ["### Processes", ""]
+    found = process_sections(snap)
+    if not found:
+        procs += ["Not collected.", ""]
+    for title, header, rows, notes in found:
+        procs.append(f"**{plain(title)}**" + (": " + plain("; ".join(notes)) if notes else ""))
+        procs.append("")
         if header:
-            out += table([plain(h) for h in header], [[code(cell) for cell in row] for row in rows])
-            out.append("")
+            procs += table([plain(h) for h in header], [[code(cell) for cell in row] for row in rows])
+            procs.append("")
+    sections.append(("processes", 2, procs))
 
-    out += ["### Smoke check", ""]
-    out += _smoke_md(report.smoke, snap)
-
+    sections.append(("smoke check", 3, ["### Smoke check", ""] + _smoke_md(report.smoke, snap)))
     if report.log is not None:
-        out += _log_md(report.log)
+        sections.append(("log excerpt", 2, _log_md(report.log)))
 
-    others = [f for f in report.result.findings if f not in report.blocking]
+    others = [f for f in report.result.findings if f not in blocking]
     if others:
-        out += ["### Other findings", ""]
-        for finding in others:
-            out.extend(_finding_md(finding))
+        sections.append(("other findings", 4, ["### Other findings", ""] + _findings_md(others)))
 
-    out += ["### Environment", "", "Relevant variables only (an allowlist; secret-looking names are never collected).", ""]
+    env = ["### Environment", "", "Relevant variables only (an allowlist; secret-looking names are never collected).", ""]
     lines = env_lines(snap)
-    out += fence("\n".join(lines) if lines else "(none collected)", "text")
-    out.append("")
+    env += fence("\n".join(_clip(line, LINE_LIMIT) for line in lines) if lines else "(none collected)", "text")
+    env.append("")
+    sections.append(("environment", 5, env))
 
     outcomes = report.result.outcomes
-    out += [f"<details><summary>All rule outcomes ({len(outcomes)})</summary>", ""]
-    out += table(
+    rule_md = [f"<details><summary>All rule outcomes ({len(outcomes)})</summary>", ""]
+    rule_md += table(
         ["rule", "name", "outcome", "note"],
-        [[o.rule.id, code(o.rule.name), _outcome_word(o), plain(_clip(o.reason or "; ".join(f.message for f in o.findings), 200))]
+        [[o.rule.id, code(o.rule.name), _outcome_word(o), plain(_clip(o.reason or "; ".join(f.message for f in o.findings), 160))]
          for o in outcomes],
     )
-    out += ["", "</details>", ""]
+    rule_md += ["", "</details>", ""]
+    sections.append(("rule outcomes", 6, rule_md))
 
-    out += [f"<details><summary>Full snapshot (JSON, {len(snap.facts)} facts)</summary>", ""]
-    out += fence(snap.dumps(), "json")
-    out += ["", "</details>", ""]
-    return "\n".join(out)
+    where = snapshot_note or ("The full snapshot is not included here (it is past GitHub's limit on a real machine): "
+                              "`gpudoctor report --bundle` writes it into the .tar.gz, "
+                              "`gpudoctor report --snapshot-file FILE` next to the report.")
+    sections.append(("snapshot", 0, [f"_{where}_", ""]))
+    return _fit(sections, limit - MARGIN, scrub)
+
+
+def _fit(sections: List[Tuple[str, int, List[str]]], budget: int, scrub: Optional[Callable[[str], str]]) -> str:
+    texts = [(name, drop, (scrub or (lambda t: t))("\n".join(lines) + "\n")) for name, drop, lines in sections]
+    left_out: List[str] = []
+    while sum(len(t) for _, _, t in texts) > budget:
+        droppable = [(drop, k) for k, (_, drop, _) in enumerate(texts) if drop > 0]
+        if not droppable:
+            break
+        _, k = max(droppable)
+        left_out.append(texts[k][0])
+        del texts[k]
+    body = "".join(t for _, _, t in texts)
+    if left_out:
+        body += (f"\n_Left out to fit GitHub's {ISSUE_LIMIT:,}-character issue limit: {', '.join(left_out)} "
+                 "(`gpudoctor report --bundle` has everything)._\n")
+    if len(body) > budget:  # only the top sections are left and they are still too long: cut at a line
+        cut = body.rfind("\n", 0, budget - 200)
+        body = _close_fences(body[: max(cut, 0)]) + "\n\n_… cut here to fit GitHub's issue limit; the bundle has everything._\n"
+    return body
+
+
+def _close_fences(text: str) -> str:
+    """Close a fenced block or <details> left open by a cut."""
+    fence_open = None
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            ticks = stripped[: len(stripped) - len(stripped.lstrip("`"))]
+            if fence_open is None:
+                fence_open = ticks
+            elif stripped == fence_open or (stripped.startswith(fence_open) and not stripped.strip("`")):
+                fence_open = None
+    if fence_open:
+        text += "\n" + fence_open
+    if text.count("<details>") > text.count("</details>"):
+        text += "\n\n</details>"
+    return text
+
+
+def _findings_md(findings: Sequence[Finding], budget: int = FINDINGS_BUDGET) -> List[str]:
+    """Findings in full (evidence, fix) while they fit in ``budget`` characters, then one line each."""
+    out: List[str] = []
+    used = 0
+    shown = 0
+    for finding in findings[:FINDINGS_IN_FULL]:
+        block = _finding_md(finding)
+        size = sum(len(line) + 1 for line in block)
+        if shown and used + size > budget:
+            break
+        out.extend(block)
+        used += size
+        shown += 1
+    rest = findings[shown:]
+    if rest:
+        out += [f"{len(rest)} more:", ""]
+        out += [f"- {finding.severity.upper()} {finding.rule_id} {finding.name}"
+                + (f" ({plain(_clip(finding.subject, 80))})" if finding.subject else "") + f": {plain_paragraph(_clip(finding.message, 160))}"
+                for finding in rest[:ONE_LINE_FINDINGS]]
+        if len(rest) > ONE_LINE_FINDINGS:
+            out.append(f"- … and {len(rest) - ONE_LINE_FINDINGS} more (`gpudoctor check --format json` lists them all)")
+        out.append("")
+    return out
 
 
 def _outcome_word(outcome) -> str:
@@ -536,17 +693,16 @@ def _outcome_word(outcome) -> str:
 
 def _finding_md(finding: Finding) -> List[str]:
     subject = f" ({plain(finding.subject)})" if finding.subject else ""
-    out = [f"#### {finding.severity.upper()} {finding.rule_id} {finding.name}{subject}", "", plain_paragraph(finding.message), ""]
-    for item in finding.evidence:
-        shown = shown_value(item.path, item.value)
-        value = shown if isinstance(shown, str) else _compact(shown)
-        out.append(f"- {code(item.path)} = {code(_clip(value, 300))}")
+    out = [f"#### {finding.severity.upper()} {finding.rule_id} {finding.name}{_clip(subject, 120)}", "",
+           plain_paragraph(_clip(finding.message, MESSAGE_LIMIT)), ""]
+    for item in finding.evidence[:12]:
+        out.append(f"- {code(_clip(item.path, 120))} = {code(_clip(show(item.path, item.value), EVIDENCE_LIMIT))}")
     if finding.evidence:
         out.append("")
     if finding.fix:
-        out += [f"**Fix:** {plain_paragraph(finding.fix.summary)}", ""]
+        out += [f"**Fix:** {plain_paragraph(_clip(finding.fix.summary, MESSAGE_LIMIT))}", ""]
         if finding.fix.commands:
-            out += fence("\n".join(finding.fix.commands), "sh")
+            out += fence("\n".join(_clip(command, MESSAGE_LIMIT) for command in finding.fix.commands[:12]), "sh")
             out.append("")
     out += [f"More: `gpudoctor explain {finding.rule_id}`", ""]
     return out
@@ -611,7 +767,16 @@ def _log_md(log: LogExcerpt) -> List[str]:
         mark = ">>" if i in log.marks else "  "
         tail = f"   <- {', '.join(log.marks[i])}" if i in log.marks else ""
         numbered.append(f"{mark} {log.first_number + i:>{width}}  {_clip(line, LINE_LIMIT)}{tail}")
-    out += fence("\n".join(numbered) if numbered else "(empty)", "text")
+    kept, used = [], 0
+    for line in reversed(numbered):  # the end of a log is where it failed: keep that within the budget
+        used += len(line) + 1
+        if used > LOG_BUDGET and kept:
+            break
+        kept.append(line)
+    kept.reverse()
+    if len(kept) < len(numbered):
+        out += [f"Only the last {len(kept)} of those lines fit here; the bundle has {len(numbered)}.", ""]
+    out += fence("\n".join(kept) if kept else "(empty)", "text")
     return out + [""]
 
 

@@ -8,6 +8,7 @@ import time
 
 from gpudoctor.commands.common import IO, SnapshotFiles, UsageError, add_probe_options, load_snapshot, probe, write_private
 from gpudoctor.exitcodes import ExitCode
+from gpudoctor.gates import FAIL_ON_CHOICES
 
 EPILOG = (
     "Output: Markdown on stdout, or -o FILE (written readable by you only). --bundle writes a .tar.gz "
@@ -23,7 +24,9 @@ EPILOG = (
 
 def configure(parser) -> None:
     parser.epilog = EPILOG
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (0600) instead of stdout")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (0600) instead of stdout (- is stdout)")
+    parser.add_argument("--snapshot-file", metavar="FILE",
+                        help="also save the full snapshot (JSON, redacted) to FILE: the report itself leaves it out to fit in an issue")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown")
     parser.add_argument("--url", metavar="URL", help="also run the inference smoke check against this server")
     parser.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the server's API key (for --url)")
@@ -36,13 +39,17 @@ def configure(parser) -> None:
     parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE",
                         help="report on a saved snapshot instead of probing this machine; repeat it (one file per node) "
                              "or give a file saved by `gpudoctor cluster --save` for one report covering a cluster")
-    parser.add_argument("--fail-on", choices=("error", "warning"), default="error", help="lowest severity that counts as blocking (default: error)")
+    parser.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
+                        help="lowest level that counts as blocking (default: error; unknown: also rules that could not decide)")
     add_probe_options(parser)
 
 
 def run(args, io: IO) -> int:
     from gpudoctor import redact, registry, report
 
+    to_stdout = args.output == "-"  # "-o -": stdout, as every other tool means it
+    if to_stdout:
+        args.output = None
     if args.log_lines < 0:
         raise UsageError("--log-lines must be 0 or more")
     if args.smoke_timeout <= 0 or args.smoke_timeout != args.smoke_timeout:
@@ -70,15 +77,22 @@ def run(args, io: IO) -> int:
     except OSError as exc:
         raise UsageError(f"cannot read --log {args.log}: {exc.strerror or exc}") from None
 
-    markdown = redactor(report.to_markdown(rep))
+    bundle_path = _bundle_path(args.output) if args.bundle else None
+    places = [f"`{os.path.basename(bundle_path)}` (snapshot.json inside)"] if bundle_path else []
+    if args.snapshot_file:
+        places.append(f"`{os.path.basename(args.snapshot_file)}`")
+    note = ("The full snapshot is not included here; it was saved to " + " and ".join(places) + ": attach it to the issue."
+            if places else "")
+    markdown = redactor(report.to_markdown(rep, note, scrub=redactor))
     document = redactor(json.dumps(redactor.data(report.to_json(rep), strings=False), indent=1, sort_keys=True, default=str, ensure_ascii=False)) + "\n"
     main = document if args.format == "json" else markdown
     if args.no_redact:
         io.stderr.write("gpudoctor: warning: --no-redact: the report may contain secrets; read it before you share it\n")
+    if args.snapshot_file:
+        write_private(args.snapshot_file, redactor(snapshot.dumps()))
+        io.stderr.write(f"gpudoctor: snapshot written to {args.snapshot_file}\n")
 
-    bundle_path = None
     if args.bundle:
-        bundle_path = _bundle_path(args.output)
         members = [("report.md", markdown), ("report.json", document), ("snapshot.json", redactor(snapshot.dumps()))]
         if rep.log is not None:
             members.append(("log-excerpt.txt", redactor(rep.log.excerpt_text())))
@@ -93,9 +107,9 @@ def run(args, io: IO) -> int:
     if args.output and not (bundle_path and bundle_path == args.output):
         write_private(args.output, main)
         io.stderr.write(f"gpudoctor: report written to {args.output}\n")
-    elif not args.bundle:
+    elif to_stdout or not args.bundle:
         io.stdout.write(main)
-    return ExitCode.FINDINGS if rep.blocking else ExitCode.OK
+    return ExitCode.FINDINGS if rep.result.gated(args.fail_on) else ExitCode.OK
 
 
 def _cluster_report(snapshot, args, io: IO) -> int:

@@ -17,7 +17,7 @@ def run(args, io: IO) -> int:
 
     snapshot = probe(args, io)
     data = for_snapshot(snapshot, anonymize=args.anonymize, environ=io.environ)(snapshot.dumps())
-    if args.output:
+    if args.output and args.output != "-":  # "-o -" is stdout
         write_private(args.output, data)
         io.stderr.write(f"gpudoctor: snapshot written to {args.output} ({len(snapshot.facts)} facts)\n")
     else:

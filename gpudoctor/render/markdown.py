@@ -6,7 +6,8 @@ from typing import List, Optional
 
 from gpudoctor import __version__
 from gpudoctor.engine import Result
-from gpudoctor.redact import DEFAULT, Redactor, shown_value
+from gpudoctor.redact import DEFAULT, Redactor
+from gpudoctor.render.values import show
 from gpudoctor.render.headlines import context, headline
 from gpudoctor.gates import not_checked
 from gpudoctor.rule import NOT_APPLICABLE, PASS, UNKNOWN, area_order, area_title
@@ -21,6 +22,7 @@ GLYPHS = {"error": "✗", "warning": "!", "info": "i", PASS: "✓", UNKNOWN: "?"
 
 def render(result: Result, fail_on: str, redactor: Optional[Redactor] = None) -> str:
     from gpudoctor.render.text import _n, area_state
+    from gpudoctor.report import code
 
     counts = result.counts()
     gated = result.gated(fail_on)
@@ -51,8 +53,7 @@ def render(result: Result, fail_on: str, redactor: Optional[Redactor] = None) ->
         out.append(finding.message)
         out.append("")
         for item in finding.evidence:
-            value = shown_value(item.path, item.value)
-            out.append(f"- `{item.path}` = `{value!r}`" if not isinstance(value, str) else f"- `{item.path}` = `{value}`")
+            out.append(f"- {code(item.path)} = {code(show(item.path, item.value))}")
         if finding.fix:
             out.append("")
             out.append(f"**Fix:** {finding.fix.summary}")

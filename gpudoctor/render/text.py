@@ -99,21 +99,19 @@ def finding_lines(finding, glyphs, show_subject: bool = True) -> List[Line]:
     out: List[Line] = [
         [(f"    {glyphs[finding.severity]} {finding.rule_id} {finding.name}{subject}: ", style), (finding.message, "")]
     ]
-    from gpudoctor.redact import shown_value
+    from gpudoctor.render.values import show, wrap
 
     for item in finding.evidence:
-        out.append([(f"        {item.path} = ", "dim"), (_short(shown_value(item.path, item.value)), "")])
+        label = f"        {item.path} = "
+        pieces = wrap(show(item.path, item.value), max(40, 110 - len(label)))
+        out.append([(label, "dim"), (pieces[0], "")])
+        out.extend([[(" " * len(label), ""), (piece, "")] for piece in pieces[1:]])
     if finding.fix:
         out.append([("      fix: ", "bold"), (finding.fix.summary, "")])
         for command in finding.fix.commands:
             out.append([("        $ ", "dim"), (command, "cyan")])
     out.append([(f"      more: gpudoctor explain {finding.rule_id}", "dim")])
     return out
-
-
-def _short(value, limit: int = 160) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _summary(result: Result, fail_on: str) -> Line:
