@@ -56,6 +56,8 @@ def with_command(argv: List[str]) -> List[str]:
     for position, word in enumerate(argv):
         if word in COMMANDS:
             return [word] + argv[:position] + argv[position + 1 :]
+        if position == 0 and not word.startswith("-"):
+            return argv  # `gpudoctor chek`: argparse says "invalid choice: 'chek' (choose from …)"
         if not word.startswith("-") or word in HELP_FLAGS or word == "--":
             break
     if argv and argv[0] in HELP_FLAGS:
@@ -66,7 +68,7 @@ def with_command(argv: List[str]) -> List[str]:
 def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] = None,
          stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
     argv = with_command(list(sys.argv[1:] if argv is None else argv))
-    io = IO(dict(os.environ if environ is None else environ), stdout or sys.stdout, stderr or sys.stderr)
+    io = IO(dict(os.environ if environ is None else environ), encodable(stdout or sys.stdout), encodable(stderr or sys.stderr))
     args = None
     try:
         try:
@@ -88,6 +90,35 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
             traceback.print_exc(file=io.stderr)
         io.stderr.write(f"gpudoctor: internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)\n")
         return ExitCode.USAGE
+
+
+# What a terminal that cannot show Unicode (PYTHONIOENCODING=ascii, LANG=C) gets instead.
+_ASCII = str.maketrans({"·": "-", "—": "-", "–": "-", "…": "...", "≤": "<=", "≥": ">=", "×": "x", "→": "->", "←": "<-",
+                        "✓": "+", "✗": "x", "•": "*", "“": '"', "”": '"', "‘": "'", "’": "'", "§": "S", "🐛": ""})
+
+
+class _Encodable:
+    """A text stream that never raises UnicodeEncodeError: known symbols become ASCII, the rest \\u escapes."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._encoding = getattr(stream, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        text = text.translate(_ASCII).encode(self._encoding, "backslashreplace").decode(self._encoding, "replace")
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def encodable(stream):
+    from gpudoctor.commands.common import stream_is_unicode
+
+    encoding = getattr(stream, "encoding", None)
+    if encoding is None or stream_is_unicode(stream):
+        return stream  # StringIO in tests, UTF-8 terminals and pipes: unchanged
+    return _Encodable(stream)
 
 
 def _silence_broken_pipe() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from gpudoctor import rule as rule_module
-from gpudoctor.rule import AREA_TITLES, ID_PATTERN, NAME_PATTERN, RuleMeta, SEVERITY_RANK
+from gpudoctor.rule import AREA_TITLES, ID_PATTERN, NAME_PATTERN, RuleMeta, SEVERITY_RANK, area_title
 
 _CATALOGUE: Optional[List[RuleMeta]] = None
 
@@ -52,13 +52,23 @@ def find(key: str) -> Optional[RuleMeta]:
 
 
 def _matches(meta: RuleMeta, selector: str) -> bool:
+    """An ID or ID prefix (GD1, or a rule pack's prefix), a name, an area key or its title as printed ("GPUs & host")."""
     selector = selector.strip()
     upper = selector.upper()
+    lower = selector.lower()
+    prefix, digits = _split_id(meta.id)
     return (
-        meta.id.startswith(upper) and upper.startswith("GD")
-        or meta.name == selector.lower()
-        or meta.area == selector.lower()
+        (meta.id.startswith(upper) and len(upper) >= len(prefix) and upper.startswith(prefix))
+        or meta.name == lower
+        or meta.area == lower
+        or area_title(meta.area).lower() == " ".join(lower.split())
     )
+
+
+def _split_id(rule_id: str):
+    """"GD103" -> ("GD", "103"); a rule pack's "ACME1001" -> ("ACME", "1001")."""
+    head = rule_id.rstrip("0123456789")
+    return head, rule_id[len(head):]
 
 
 def select(rules: Sequence[RuleMeta], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> List[RuleMeta]:

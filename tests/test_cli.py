@@ -288,7 +288,9 @@ def test_rules_lists_every_rule():
 def test_rules_json_parses():
     proc = gd("rules", "--format", "json")
     assert proc.returncode == 0
-    rules = json.loads(proc.stdout)
+    doc = json.loads(proc.stdout)
+    assert doc["schema_version"] == 1 and doc["kind"] == "gpudoctor.rules"
+    rules = doc["rules"]
     assert [r["id"] for r in rules] == ALL_IDS
     for item in rules:
         assert item["name"] and item["severity"] in ("error", "warning", "info") and item["area"]

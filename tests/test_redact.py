@@ -400,7 +400,7 @@ def test_anonymize_cli_on_snapshot_check_and_report(tmp_path):
         for identity in ("gpu-node-17", "corp.example.com", "alice", "5068ed7f-58af"):
             assert identity not in proc.stdout, (args, identity)
         assert "NVIDIA H200" in proc.stdout and "580.159.04" in proc.stdout
-    plain = gd("report", "--snapshot", str(snap))
+    plain = gd("report", "--snapshot", str(snap), "--format", "json")  # the Markdown no longer inlines the snapshot
     assert "gpu-node-17.corp.example.com" in plain.stdout  # only --anonymize hides identities
 
 

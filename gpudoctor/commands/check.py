@@ -21,6 +21,7 @@ def configure(parser) -> None:
     parser.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
                         help="lowest level that makes the exit code 1 (default: error); unknown: also any rule that could not decide")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument("-q", "--quiet", action="store_true", help="text output: only findings, the summary and the areas not checked")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs in the output")
     parser.add_argument("--port", type=int, default=8000, metavar="N", help="the serving port to check for listeners (default 8000)")
     parser.add_argument("--smoke", nargs="?", const="auto", metavar="URL", help="finally run the inference smoke check against URL (default: the server found listening here)")
@@ -50,7 +51,7 @@ def render(result, args, io: IO) -> None:
     else:
         from gpudoctor.render import text
 
-        lines = text.build(result, args.fail_on, args.verbose, stream_is_unicode(io.stdout))
+        lines = text.build(result, args.fail_on, args.verbose, stream_is_unicode(io.stdout), getattr(args, "quiet", False))
         text.write(lines, io.stdout, use_color(args.color, io.stdout, io.environ), redactor)
 
 

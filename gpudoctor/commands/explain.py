@@ -93,7 +93,11 @@ def _lookup(target: str, args, io: IO):
 
     meta = registry.find(target)
     if meta is not None:
-        io.stdout.write(f"{meta.id} {meta.name} ({meta.severity}, area {meta.area})\n\n{meta.doc}\n")
+        if args.format == "json":
+            doc = dict(meta.to_json(), schema_version=SCHEMA_VERSION, kind="gpudoctor.rule", doc=meta.doc)
+            io.stdout.write(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+        else:
+            io.stdout.write(f"{meta.id} {meta.name} ({meta.severity}, area {meta.area})\n\n{meta.doc}\n")
         return ExitCode.OK
     sig = explain.find_signature(target)
     if sig is not None:

@@ -41,6 +41,7 @@ def configure(parser) -> None:
     parser.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
                         help="lowest level that blocks (exit 1, no --exec); default: error; unknown: also any rule that could not decide")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument("-q", "--quiet", action="store_true", help="text output: only findings, the summary and the areas not checked")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs in the output")
     parser.add_argument("--port", type=int, default=None, metavar="N", help="the port to check for listeners (default: the command's --port, else 8000)")
     parser.add_argument("--from-file", metavar="FILE", help="read the launch command from a file: a one-line command or a shell script (the first vLLM launch in it)")

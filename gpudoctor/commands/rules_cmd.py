@@ -7,6 +7,8 @@ import json
 from gpudoctor.commands.common import IO
 from gpudoctor.exitcodes import ExitCode
 
+SCHEMA_VERSION = 1
+
 
 def configure(parser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -17,7 +19,8 @@ def run(args, io: IO) -> int:
 
     rules = registry.load_rules()
     if args.format == "json":
-        io.stdout.write(json.dumps([meta.to_json() for meta in rules], indent=1, ensure_ascii=False) + "\n")
+        doc = {"schema_version": SCHEMA_VERSION, "kind": "gpudoctor.rules", "rules": [meta.to_json() for meta in rules]}
+        io.stdout.write(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
         return ExitCode.OK
     for meta in rules:
         io.stdout.write(f"{meta.id}  {meta.name:<36} {meta.severity:<8} {meta.area:<10} {meta.title}\n")

@@ -21,16 +21,20 @@ ASCII = {"error": "x", "warning": "!", "info": "i", PASS: "+", UNKNOWN: "?", NOT
 STYLES = {"error": "bold red", "warning": "yellow", "info": "cyan", PASS: "green", UNKNOWN: "magenta", NOT_APPLICABLE: "dim"}
 
 
-def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = True) -> List[Line]:
+def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = True, quiet: bool = False) -> List[Line]:
+    """``quiet``: only the findings, the summary and what was not checked (no header, no passing areas)."""
     glyphs = UNICODE if unicode else ASCII
     lines: List[Line] = []
     from gpudoctor import __version__
 
-    lines.append([(f"gpudoctor {__version__}", "bold"), (f"  {context(result.snapshot)}", "dim")])
+    if not quiet:
+        lines.append([(f"gpudoctor {__version__}", "bold"), (f"  {context(result.snapshot)}", "dim")])
     for area in area_order(o.rule.area for o in result.outcomes):
         outcomes = [o for o in result.outcomes if o.rule.area == area]
         if not verbose and all(o.status == NOT_APPLICABLE for o in outcomes):
             continue  # e.g. the cluster area on one machine, the server area without --smoke
+        if quiet and not any(o.findings for o in outcomes):
+            continue
         state = area_state(outcomes)
         counts = area_counts(outcomes)
         lines.append(
@@ -55,7 +59,8 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
             for gap in gates.not_applicable(outcomes):
                 lines.append([(f"    {glyphs[NOT_APPLICABLE]} {gap.count} not applicable: ", STYLES[NOT_APPLICABLE]),
                               (gap.line(limit=4), "dim")])
-    lines.append([])
+    if lines:
+        lines.append([])
     lines.extend(summary_block(result, fail_on, glyphs))
     return lines
 
@@ -150,8 +155,12 @@ def write(lines: List[Line], stream, color: bool, redactor=None) -> None:
     if not color:
         stream.write(redact(plain(lines)))
         return
-    from rich.console import Console
-    from rich.text import Text
+    try:
+        from rich.console import Console
+        from rich.text import Text
+    except ImportError:  # rich is optional in practice (a stripped image): plain text, never a crash
+        stream.write(redact(plain(lines)))
+        return
 
     # Colour was decided by the caller (--color, NO_COLOR, isatty): make rich follow that
     # decision instead of its own (it drops colour on a pipe, under NO_COLOR and TERM=dumb).
