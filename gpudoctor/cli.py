@@ -48,6 +48,7 @@ def build_parser(chosen: Optional[str] = None) -> argparse.ArgumentParser:
         parser_for_command = sub.add_parser(name, help=text, description=text)
         if name == chosen:
             _module(name).configure(parser_for_command)
+            parser.chosen = parser_for_command  # type: ignore[attr-defined]  # for gpudoctor/config.py
     return parser
 
 
@@ -71,10 +72,22 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
     io = IO(dict(os.environ if environ is None else environ), encodable(stdout or sys.stdout), encodable(stderr or sys.stderr))
     args = None
     try:
+        from gpudoctor import config
+
+        chosen = argv[0] if argv and argv[0] in COMMANDS else None
+        parser = build_parser(chosen)
         try:
-            args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
+            pending = config.prepare(parser.chosen, chosen, io.environ) if chosen else None
+        except config.ConfigError as exc:
+            raise UsageError(f"configuration: {exc}") from None
+        try:
+            args = parser.parse_args(argv)
         except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
             return ExitCode.OK if exc.code in (0, None) else ExitCode.USAGE
+        try:
+            config.resolve(args, pending, args.command)
+        except config.ConfigError as exc:
+            raise UsageError(f"configuration: {exc}") from None
         return int(_module(args.command).run(args, io))
     except UsageError as exc:
         io.stderr.write(f"gpudoctor: error: {exc}\n")

@@ -24,6 +24,8 @@ def configure(parser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="text output: only findings, the summary and the areas not checked")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs in the output")
     parser.add_argument("--port", type=int, default=8000, metavar="N", help="the serving port to check for listeners (default 8000)")
+    parser.add_argument("--show-config", action="store_true",
+                        help="print each setting, its value and where it came from (flag, GPUDOCTOR_* variable, config file, default), then exit")
     parser.add_argument("--smoke", nargs="?", const="auto", metavar="URL", help="finally run the inference smoke check against URL (default: the server found listening here)")
 
 
@@ -57,6 +59,12 @@ def render(result, args, io: IO) -> None:
 
 def run(args, io: IO) -> int:
     from gpudoctor.engine import run_rules
+
+    if getattr(args, "show_config", False):
+        from gpudoctor.config import show
+
+        io.stdout.write(show(args))
+        return ExitCode.OK
 
     if args.snapshot:
         rules = selected_rules(args)
