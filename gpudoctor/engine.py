@@ -17,6 +17,7 @@ from gpudoctor.rule import (
     Finding,
     NotApplicable,
     Outcome,
+    Passed,
     RuleMeta,
     Unknown,
 )
@@ -79,6 +80,8 @@ def _run_one(snapshot: Snapshot, meta: RuleMeta, debug: List[str]) -> Outcome:
         return Outcome(meta, UNKNOWN, reason=raw.reason)
     if isinstance(raw, NotApplicable):
         return Outcome(meta, NOT_APPLICABLE, reason=raw.reason)
+    if isinstance(raw, Passed):
+        return Outcome(meta, PASS, reason=raw.reason)
     fails = [raw] if isinstance(raw, Fail) else list(raw)
     findings = [_finding(snapshot, meta, fail) for fail in fails]
     return Outcome(meta, FAIL, findings)

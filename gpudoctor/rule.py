@@ -103,7 +103,14 @@ class NotApplicable:
     reason: str
 
 
-RuleResult = Union[None, Fail, Unknown, NotApplicable, List[Fail]]
+@dataclass
+class Passed:
+    """A pass that says what it left out and why (e.g. kernels a package loads only on other GPUs)."""
+
+    reason: str
+
+
+RuleResult = Union[None, Fail, Unknown, NotApplicable, Passed, List[Fail]]
 
 
 @dataclass

@@ -7,7 +7,7 @@ import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor.gpu_table import describe_archs, gpus_to_judge, kernel_support
-from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
+from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Passed, Unknown, rule
 
 from .driver import TOOLKIT_DRIVER, version_tuple
 
@@ -87,28 +87,101 @@ def _gpu_label(gpu: Dict[str, Any]) -> str:
 
 
 # --- kernels ---------------------------------------------------------------------------------
-# Kernel libraries a package loads only on some GPUs (file name prefix -> the cc range it is
-# used on): no code for other GPUs is by design, not a defect. research/facts.md §2.2: vLLM's
-# vendored FA2 needs cc >= 8.0, its FA3 is 9.x only, FlashMLA runs on 9.x-10.x.
-ARCH_SCOPED = (
-    ("_vllm_fa2_C", (8, 0), None),
-    ("_vllm_fa3_C", (9, 0), (9, 9)),
-    ("_flashmla", (9, 0), (10, 9)),
-)
+# Which binaries a package loads only on some GPUs is read from the package itself where it
+# can be: for vLLM, probes/vllm_kernels.py reads from vLLM's source which extension
+# platforms/cuda.py imports unguarded (needed on every CUDA GPU) and which are imported only
+# guarded, lazily or behind a compute-capability check (fact vllm.extensions).
+def _vllm_extensions(snap) -> Dict[str, Dict[str, Any]]:
+    value = snap.value("vllm.extensions")
+    items = value.get("extensions") if isinstance(value, dict) else None
+    return {str(e["path"]): e for e in items or [] if isinstance(e, dict) and isinstance(e.get("path"), str)}
 
 
-def _used_on(binary: Dict[str, Any], cc: str) -> bool:
-    """Whether the package would load this binary on a GPU of ``cc`` (see ARCH_SCOPED)."""
-    name = os.path.basename(str(binary.get("path", "")))
+def _arch_names(binary: Dict[str, Any]) -> Tuple[List[Any], List[Any]]:
+    scan = binary.get("scan") or {}
+    return scan.get("sm_variants") or scan.get("sm", []), scan.get("ptx_variants") or scan.get("ptx", [])
+
+
+def _runs(binary: Dict[str, Any], cc: str) -> bool:
+    sm, ptx = _arch_names(binary)
+    return kernel_support(sm, ptx, cc).runs
+
+
+def _arch_numbers(binary: Dict[str, Any]) -> frozenset:
+    """The architectures a binary was compiled for (cubins and PTX, 'a'/'f' suffixes dropped): its build's arch list."""
+    sm, ptx = _arch_names(binary)
+    out = set()
+    for arch in list(sm) + list(ptx):
+        digits = "".join(ch for ch in str(arch).split("_")[-1] if ch.isdigit())
+        if digits:
+            out.add(int(digits))
+    return frozenset(out)
+
+
+def _gate_ok(gate: Dict[str, Any], cc: str) -> bool:
+    """vLLM's Platform checks (vllm/platforms/interface.py) on a compute capability."""
     target = tuple(version_tuple(cc)[:2])
-    for prefix, low, high in ARCH_SCOPED:
-        if name.startswith(prefix):
-            return target >= low and (high is None or target <= high)
+    arch = gate.get("arch")
+    if not isinstance(arch, int) or len(target) != 2:
+        return True
+    want = (arch // 10, arch % 10)
+    check = gate.get("check")
+    if check == "is_device_capability_family":
+        return target[0] == want[0]
+    if check == "is_device_capability":
+        return target == want
+    if check == "has_device_capability":
+        return target >= want
+    return True
+
+
+def _describe_gate(gate: Dict[str, Any]) -> str:
+    arch = gate.get("arch")
+    what = {"is_device_capability_family": f"a {arch // 10}.x GPU" if isinstance(arch, int) else "?",
+            "is_device_capability": f"cc {arch // 10}.{arch % 10}" if isinstance(arch, int) else "?",
+            "has_device_capability": f"cc ≥ {arch // 10}.{arch % 10}" if isinstance(arch, int) else "?"}.get(gate.get("check"), "?")
+    return f"{what} ({gate.get('check')}({arch}) at vllm/{gate.get('where')})"
+
+
+def _import_site(ext: Dict[str, Any]) -> str:
+    sites = [i for i in ext.get("imports") or [] if isinstance(i, dict)]
+    if not sites:
+        return "no import of it in vLLM's source (loaded through torch.ops by callers that check for it, if at all)"
+    site = sites[0]
+    how = "guarded by " + site["guard"].split(" at ")[0] if site.get("guard") else (
+        f"lazily, in {site['function']}()" if site.get("function") else ("under " + site["condition"] if site.get("condition") else "unguarded"))
+    more = f" and {len(sites) - 1} more place(s)" if len(sites) > 1 else ""
+    return f"imported at vllm/{site.get('where')} ({how}){more}"
+
+
+def _out_of_scope(binary: Dict[str, Any], cc: str, vllm_exts: Dict[str, Dict[str, Any]],
+                  required: List[Dict[str, Any]]) -> Optional[str]:
+    """Why a binary without code for ``cc`` is not used on such a GPU at all, or None (then it is a defect)."""
+    name = os.path.basename(str(binary.get("path", "")))
+    ext = vllm_exts.get(str(binary.get("path")))
+    if ext is not None:
+        if ext.get("role") == "required":
+            return None  # vLLM imports it on every CUDA GPU: no code here is an error
+        gates = [g for g in ext.get("gates") or [] if isinstance(g, dict)]
+        if gates:
+            if any(_gate_ok(g, cc) for g in gates):
+                return None  # vLLM's own check says it uses this extension on such a GPU
+            return (f"{ext.get('module')}: vLLM uses it only on " + " or ".join(_describe_gate(g) for g in gates[:2])
+                    + f"; {_import_site(ext)}")
+        # Compiled for fewer architectures than the extension vLLM needs everywhere: its build
+        # (CMakeLists' per-extension arch lists) made it for the GPUs that use it.
+        main = [_arch_numbers(b) for b in required]
+        mine = _arch_numbers(binary)
+        if main and mine and all(mine < cover for cover in main):
+            sm, ptx = _arch_names(binary)
+            return (f"{ext.get('module')}: built for {describe_archs(sm, ptx)} only, a subset of what vLLM's required "
+                    f"{', '.join(os.path.basename(str(b.get('path'))) for b in required)} has (vLLM's build compiles this "
+                    f"extension only for the architectures it serves); {_import_site(ext)}")
     scan = binary.get("scan") or {}
     cubins = scan.get("sm_variants") or []
     if cubins and all(str(arch).endswith("a") for arch in cubins) and not scan.get("ptx_variants"):
-        return False  # only arch-specific (sm_90a) code: a library meant for those GPUs alone
-    return True
+        return f"{name}: only arch-specific code ({', '.join(cubins)}): a library meant for those GPUs alone"
+    return None
 
 
 _REBUILD = {
@@ -127,10 +200,15 @@ def _kernel_fix(dist: str, version: Optional[str], gpu: Dict[str, Any], snap) ->
             [f"{py} -m pip uninstall -y flash-attn", "vllm serve MODEL --attention-backend TRITON_ATTN  # or FLASHINFER"],
         )
     template = _REBUILD.get(dist, 'TORCH_CUDA_ARCH_LIST="{cc}" {py} -m pip install --no-build-isolation --no-binary {dist} --force-reinstall {dist}=={version}')
-    return Fix(
-        f"Install a build of {dist} that has sm_{sm} code (a wheel built for this GPU, or a source build for it).",
-        [template.format(cc=cc, sm=sm, py=py, dist=dist, version=version or "VERSION")],
-    )
+    summary = f"Install a build of {dist} that has sm_{sm} code (a wheel built for this GPU, or a source build for it)."
+    torch_cuda = _cuda_tuple(snap.value("torch.cuda"))
+    if torch_cuda and torch_cuda[0] >= 13 and version_tuple(cc) < (7, 5):
+        # CUDA 13.0 release notes, "Deprecated Architectures" (facts.md §2.1): no sm_5x/6x/7.0/7.2 at all.
+        summary = (f"CUDA 13 removed Maxwell, Pascal and Volta (sm_5x, sm_6x, sm_70/72) from its compiler and libraries, "
+                   f"so no CUDA {_fmt(torch_cuda)} build can have sm_{sm} code: this GPU needs torch and {dist} built with "
+                   "CUDA 12.x (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/).")
+    return Fix(summary, [template.format(cc=cc, sm=sm, py=py, dist=dist, version=version or "VERSION")
+                         + ("  # with a CUDA 12.x torch and nvcc" if summary.startswith("CUDA 13") else "")])
 
 
 @rule("GD201", "kernel-image-missing", severity=ERROR, area="cuda", requires=("gpu.count", "kernels.binaries"))
@@ -145,9 +223,15 @@ def kernel_image_missing(snap):
     kernel launch fails: `CUDA error: no kernel image is available for execution on the
     device`. Typical: a flash-attn or vLLM wheel built for Ampere/Hopper on a Turing or a
     Blackwell (sm_120) card, or a wheel from another machine's source build. gpudoctor reads
-    the archs from each binary's fatbin headers (torch's own libraries: GD502). Libraries a
-    package loads only on some GPUs are judged on those only: vLLM's FA2 (cc ≥ 8.0), FA3
-    (9.x), FlashMLA (9.x–10.x), and any library with nothing but arch-specific (`sm_90a`) code.
+    the archs from each binary's fatbin headers (torch's own libraries: GD502). A library a
+    package loads only on some GPUs is judged on those only. For vLLM that is read from its
+    own source: the extension `vllm/platforms/cuda.py` imports unguarded (`_C`, from 0.33
+    `_C_stable_libtorch`) is needed on every GPU; one imported only under `try`/`suppress
+    (ImportError)`, lazily or behind `is_device_capability_family(100)` and built for a subset
+    of the required one's architectures (`_qutlass_C`, `_deepselect_C`, `_flashkda_C`, FA3,
+    FlashMLA: vLLM's CMakeLists builds each for the archs it serves) is not applicable on the
+    other GPUs. Elsewhere, a library with nothing but arch-specific (`sm_90a`) code is meant
+    for those GPUs alone.
 
     ## Fix
     Install a build that has code for the GPU's architecture, or build it from source for
@@ -166,8 +250,11 @@ def kernel_image_missing(snap):
     if not binaries:
         return NotApplicable("no CUDA extension binaries of the inference stack are installed")
     versions = snap.value("packages.dists") or {}
+    vllm_exts = _vllm_extensions(snap)
+    required = [b for b in binaries if (vllm_exts.get(str(b.get("path"))) or {}).get("role") == "required"]
     fails: List[Fail] = []
     unread: List[str] = []
+    skipped: List[str] = []
     for gpu in gpus:
         missing: Dict[str, List[Dict[str, Any]]] = {}
         for binary in binaries:
@@ -177,10 +264,13 @@ def kernel_image_missing(snap):
             if scan.get("status") != "ok" and not scan.get("sm_variants") and not scan.get("ptx_variants"):
                 unread.append(f"{os.path.basename(binary.get('path', '?'))}: {scan.get('status')} {scan.get('detail', '')}".strip())
                 continue
-            if not _used_on(binary, gpu["cc"]):
+            if _runs(binary, gpu["cc"]):
                 continue
-            if not kernel_support(scan.get("sm_variants") or scan.get("sm", []), scan.get("ptx_variants") or scan.get("ptx", []), gpu["cc"]).runs:
-                missing.setdefault(_label(binary), []).append(binary)
+            why = _out_of_scope(binary, gpu["cc"], vllm_exts, required)
+            if why:
+                skipped.append(f"{why} (not applicable on {_gpu_label(gpu)})")
+                continue
+            missing.setdefault(_label(binary), []).append(binary)
         for dist, items in sorted(missing.items()):
             version = (versions.get(dist) or {}).get("version") if isinstance(versions, dict) else None
             names = ", ".join(
@@ -198,6 +288,9 @@ def kernel_image_missing(snap):
             )
     if not fails and unread:
         return Unknown("could not read the GPU code of " + "; ".join(unread[:3]))
+    if not fails and skipped:
+        return Passed("every binary used on this GPU has code for it; not applicable: " + "; ".join(skipped[:6])
+                      + (f"; and {len(skipped) - 6} more" if len(skipped) > 6 else ""))
     return fails
 
 
@@ -231,10 +324,11 @@ def ptx_too_new_for_driver(snap):
     if driver_cuda is None:
         return Unknown(f"cannot read the driver's CUDA version {snap.value('driver.cuda_max')!r}")
     fails = []
+    vllm_exts = _vllm_extensions(snap)
     for gpu in gpus:
         for binary in _binaries(snap):
             scan = binary["scan"]
-            if not _used_on(binary, gpu["cc"]):
+            if _out_of_scope(binary, gpu["cc"], vllm_exts, []):  # only a gate or 'a'-only code says "not used here"
                 continue
             support = kernel_support(scan.get("sm_variants") or scan.get("sm", []), scan.get("ptx_variants") or scan.get("ptx", []), gpu["cc"])
             if not (support.runs and support.ptx_only):

@@ -9,6 +9,7 @@ vLLM's binary pins to GD510 so that they are reported once.
 
 from __future__ import annotations
 
+import os
 import shlex
 from typing import Any, Dict, List, Optional
 
@@ -100,6 +101,15 @@ def describe_origin(info: Dict[str, Any]) -> str:
     return text
 
 
+def _main_extensions(snap) -> str:
+    """The extension(s) vLLM's platforms/cuda.py imports unguarded, as found on disk (vllm.extensions)."""
+    value = snap.value("vllm.extensions")
+    items = value.get("extensions") if isinstance(value, dict) else None
+    names = [f"vllm/{os.path.basename(str(e.get('path')))}" for e in items or []
+             if isinstance(e, dict) and e.get("role") == "required" and e.get("path")]
+    return ", ".join(names[:2]) or "vllm/_C*.so"
+
+
 # --- GD510 -----------------------------------------------------------------------------------
 @rule("GD510", "vllm-pins-not-met", severity=ERROR, area="vllm",
       requires=("packages.stack", "packages.dists", "python.marker_env"))
@@ -109,12 +119,13 @@ def vllm_pins_not_met(snap):
     ## Why
     vLLM pins torch exactly (`torch==2.11.0` for 0.20–0.26, `==2.13.0` for 0.27–0.32,
     `==2.14.0` for 0.33) together with torchvision/torchaudio, FlashInfer, CUTLASS DSL and
-    quack kernels, because its compiled kernels (`vllm/_C.abi3.so`, the bundled
+    quack kernels, because its compiled kernels (`vllm/_C.abi3.so`, from 0.33
+    `vllm/_C_stable_libtorch.abi3.so`, the bundled
     `vllm_flash_attn`) are built against that one torch. Another torch — a later `pip install`
     that upgraded it, a manual downgrade — makes `import vllm._C` fail with "undefined symbol"
     ("Failed to import from vllm._C with ImportError(...)"), or worse, load and misbehave.
     This rule owns vLLM's binary pins (GD503 reports the rest of its requirements); `--deep`
-    confirms by loading `vllm/_C` in a child interpreter.
+    confirms by loading vLLM's extensions (as found on disk) in a child interpreter.
 
     ## Fix
     Install exactly what vLLM pins (`python -m pip install torch==X torchvision==Y
@@ -131,7 +142,8 @@ def vllm_pins_not_met(snap):
         return NotApplicable("vLLM is not installed")
     items = [i for i in unmet_requirements(snap).get("vllm", []) if BINARY_BOUND.match(i["name"])]
     check = snap.value("vllm.import_check") or {}
-    failed = next((i for i in check.get("extensions") or [] if isinstance(i, dict) and i.get("status") == "error"), None)
+    errors = [i for i in check.get("extensions") or [] if isinstance(i, dict) and i.get("status") == "error"]
+    failed = next((i for i in errors if i.get("undefined_symbol")), errors[0] if errors else None)
     if not items and not (failed and failed.get("undefined_symbol")):
         return None
     info = build(snap)
@@ -156,7 +168,7 @@ def vllm_pins_not_met(snap):
     return Fail(
         f"vllm {version} ({describe_origin(info) if info else 'origin not read'}) is built against "
         + ("; ".join(parts) if parts else "another torch")
-        + ": its compiled kernels (vllm/_C.abi3.so, vllm_flash_attn) fail to load with \"undefined symbol\" or misbehave" + confirmed,
+        + f": its compiled kernels ({_main_extensions(snap)}, vllm_flash_attn) fail to load with \"undefined symbol\" or misbehave" + confirmed,
         [("packages.stack.vllm.requires", [i["requirement"] for i in items])] + [(f"packages.dists.{i['name']}", i["installed"]) for i in items]
         + (["vllm.import_check"] if failed else []) + (["vllm.build"] if info else []),
         Fix("Install exactly what this vLLM pins (or reinstall/rebuild vLLM to match the torch you keep).", commands),

@@ -282,17 +282,31 @@ def test_cuda_rules_need_their_facts():
 
 
 def test_gd201_arch_scoped_libraries_are_judged_only_where_they_are_used():
-    """vLLM loads its FA3 library on Hopper only and FA2 from cc 8.0: a T4 needs neither."""
+    """What vLLM loads where comes from its source (vllm.extensions, probes/vllm_kernels.py):
+    FA3 (sm_90a only, imported under try) and FA2 (sm_80+) are subsets of the required _C."""
     fa3 = dict(binary("sm86", "/x/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so", "vllm", "vllm"),
                scan=dict(SCANS["sm86"], sm_variants=["sm_90a"], sm=[90]))
     fa2 = binary("sm80_sm90_ptx90", "/x/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm", "vllm")
-    core = binary("compressed", "/x/vllm/_C.abi3.so", "vllm", "vllm")
-    t4 = with_gpu(h200(kernels__binaries=[fa3, fa2, core]), "7.5", "Tesla T4")
-    [finding] = outcome(t4, "GD201").findings
-    assert "_C.abi3.so (sm_80, sm_90)" in finding.message and "_vllm_fa" not in finding.message
-    a100 = with_gpu(h200(kernels__binaries=[fa3, fa2, core]), "8.0", "A100")
+    core = dict(binary("compressed", "/x/vllm/_C.abi3.so", "vllm", "vllm"),
+                scan=dict(SCANS["compressed"], sm_variants=["sm_75", "sm_80", "sm_90"], sm=[75, 80, 90]))
+    guarded = [{"where": "vllm_flash_attn/flash_attn_interface.py:14", "how": "import", "guard": "try at line 13"}]
+    exts = ok({"root": "/x/vllm", "extensions": [
+        {"module": "vllm._C", "path": core["path"], "role": "required", "imports": [{"where": "platforms/cuda.py:18", "how": "import"}], "gates": []},
+        {"module": "vllm.vllm_flash_attn._vllm_fa2_C", "path": fa2["path"], "role": "optional", "imports": guarded, "gates": []},
+        {"module": "vllm.vllm_flash_attn._vllm_fa3_C", "path": fa3["path"], "role": "optional", "imports": guarded, "gates": []},
+    ]}, "test")
+    t4 = with_gpu(h200(kernels__binaries=[fa3, fa2, core], vllm__extensions=exts), "7.5", "Tesla T4")
+    result = outcome(t4, "GD201")
+    assert result.status == "pass" and "vllm.vllm_flash_attn._vllm_fa3_C: built for sm_90a only" in result.reason
+    a100 = with_gpu(h200(kernels__binaries=[fa3, fa2, core], vllm__extensions=exts), "8.0", "A100")
     assert outcome(a100, "GD201").status == "pass"
-    # On the GPU it is meant for, an FA3 library without its code is reported.
+    # The required extension without the GPU's code is an error, whatever the optional ones do.
+    l40 = with_gpu(h200(kernels__binaries=[fa3, fa2, dict(core, scan=SCANS["sm86"])], vllm__extensions=exts), "8.0", "A100")
+    [finding] = outcome(l40, "GD201").findings
+    assert "_C.abi3.so (sm_86)" in finding.message and "_vllm_fa" not in finding.message
+    # Without the fact (a replayed old snapshot), an FA3 library of sm_90a only is still judged
+    # on the Hopper GPUs alone, and without its code there it is reported.
+    assert outcome(with_gpu(h200(kernels__binaries=[fa3]), "8.0", "A100"), "GD201").status == "pass"
     fa3_without_90 = dict(fa3, scan=dict(SCANS["sm86"]))
     [finding] = outcome(h200(kernels__binaries=[fa3_without_90]), "GD201").findings
     assert "_vllm_fa3_C.abi3.so (sm_86)" in finding.message

@@ -11,7 +11,8 @@ prints one JSON line. Each outcome (ok, or the ImportError text with the undefin
 picked out) becomes a fact:
 
 - ``flash_attn.import_check``: flash_attn_2_cuda, flash_attn_3._C / flash_attn_3_cuda;
-- ``vllm.import_check``: vllm/_C.
+- ``vllm.import_check``: every extension module directly in the vllm package, as found on
+  disk (``_C`` up to 0.2x, ``_C_stable_libtorch`` from 0.33, ``_moe_C``, ``_qutlass_C`` …).
 
 Without ``--deep`` both facts say "not run"; with it and nothing to load, "absent".
 """
@@ -53,11 +54,20 @@ if spec is not None and spec.origin:
 spec = locate("flash_attn_3_cuda")
 if spec is not None and spec.origin:
     found.append(("flash_attn", "flash_attn_3_cuda", spec.origin))
-for package, module, group in (("flash_attn_3", "flash_attn_3._C", "flash_attn"), ("vllm", "vllm._C", "vllm")):
-    spec = locate(package)
-    for where in list(getattr(spec, "submodule_search_locations", None) or [])[:1]:
-        for path in sorted(glob.glob(os.path.join(where, "_C.*so")))[:1]:
-            found.append((group, module, path))
+spec = locate("flash_attn_3")
+for where in list(getattr(spec, "submodule_search_locations", None) or [])[:1]:
+    for path in sorted(glob.glob(os.path.join(where, "_C.*so")))[:1]:
+        found.append(("flash_attn", "flash_attn_3._C", path))
+# vLLM's extensions as they are on disk, whatever their names (_C up to 0.2x, _C_stable_libtorch
+# from 0.33, _moe_C, _qutlass_C ...): the main ones (_C*) first, at most 16.
+spec = locate("vllm")
+for where in list(getattr(spec, "submodule_search_locations", None) or [])[:1]:
+    paths = glob.glob(os.path.join(where, "*.so"))
+    paths.sort(key=lambda p: (not os.path.basename(p).startswith("_C"), os.path.basename(p)))
+    for path in paths[:16]:
+        name = os.path.basename(path).split(".")[0]
+        if name.isidentifier():
+            found.append(("vllm", "vllm." + name, path))
 for group, module, path in found:
     entry = {"group": group, "module": module, "path": path}
     try:

@@ -19,7 +19,7 @@ import os
 from typing import Any, Dict, Optional
 
 from gpudoctor import runner
-from gpudoctor.probes import fatbin, flash_attn, pyenv, vllm_build
+from gpudoctor.probes import fatbin, flash_attn, pyenv, scancache, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
@@ -53,7 +53,9 @@ def _lazy(name, source, dists, dirs, empty):
     return collect
 _fatbin = _load("gpudoctor_fatbin", {fatbin})
 _pyenv = _load("gpudoctor_pyenv", {pyenv})
-_extras = [_lazy("gpudoctor_flash_attn", {flash_attn}, {fa_gate}), _lazy("gpudoctor_vllm_build", {vllm_build}, {vb_gate})]
+_scancache = _load("gpudoctor_scancache", {scancache})
+_extras = [_lazy("gpudoctor_flash_attn", {flash_attn}, {fa_gate}), _lazy("gpudoctor_vllm_build", {vllm_build}, {vb_gate}),
+           _lazy("gpudoctor_vllm_kernels", {vllm_kernels}, {vk_gate})]
 sys.exit(_pyenv.main(sys.argv[1:], scanner=_fatbin.scan, extras=_extras))
 """
 
@@ -69,9 +71,10 @@ def _source(module) -> str:
 
 def bootstrap() -> str:
     """The ``-c`` program: fatbin.py, pyenv.py, flash_attn.py and vllm_build.py as modules, then pyenv.main."""
-    return _BOOTSTRAP.format(fatbin=ascii(_source(fatbin)), pyenv=ascii(_source(pyenv)),
+    return _BOOTSTRAP.format(fatbin=ascii(_source(fatbin)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
                              flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)),
-                             fa_gate=_gate(flash_attn), vb_gate=_gate(vllm_build))
+                             vllm_kernels=ascii(_source(vllm_kernels)),
+                             fa_gate=_gate(flash_attn), vb_gate=_gate(vllm_build), vk_gate=_gate(vllm_kernels))
 
 
 def _gate(module) -> str:
@@ -92,7 +95,8 @@ def probe_options() -> Dict[str, Any]:
 def collect(ctx) -> Dict[str, Fact]:
     python = getattr(ctx, "python", None)
     if not python:
-        plain = pyenv.collect_plain(None, _record_mode(ctx), fatbin.scan, [flash_attn.collect_plain, vllm_build.collect_plain],
+        plain = pyenv.collect_plain(None, _record_mode(ctx), fatbin.scan,
+                                    [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain],
                                     probe_options, dict(ctx.environ))  # options: called only when vLLM is installed
         return _facts(plain, "")
     return collect_other(python, ctx.environ, ctx.timeout, _record_mode(ctx))
@@ -160,6 +164,7 @@ def _failed(python: str, status: str, detail: str, source: str) -> Dict[str, Fac
         "flash_attn.variants": fact,
         "flash_attn.namespace": fact,
         "vllm.build": fact,
+        "vllm.extensions": fact,
     }
 
 

@@ -1,0 +1,242 @@
+"""A persistent cache of what was read from files, keyed by the file's identity.
+
+Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside
+the interpreter named by ``--python`` (pystack's bootstrap loads it as ``gpudoctor_scancache``),
+so one cache serves every run and every ``--python`` target of a user.
+
+Why: reading the fatbin headers of every CUDA binary on the path (hundreds of files in a
+stock image with the nvidia-* wheels) and vLLM's source for its kernel gates costs a few
+hundred milliseconds cold; a warm ``check`` must stay inside its budget. An entry is reused
+only when the file still has the same (path, size, mtime_ns, inode, device): a reinstall,
+an edit or a copy changes at least one of them.
+
+Where: ``$GPUDOCTOR_CACHE_DIR``, else ``$XDG_CACHE_HOME/gpudoctor``, else
+``~/.cache/gpudoctor`` (XDG Base Directory spec); ``GPUDOCTOR_CACHE=0`` turns it off.
+
+Safety: the file is read with a size cap and ``O_NOFOLLOW``, must be owned by this user and
+carry our format name and version, and each entry is type-checked (the caller validates the
+value again); anything else is ignored and rewritten, never a crash. Writes go to a temp
+file in the same directory and ``os.replace`` it (readers see the old or the new file, never
+half of one), under a non-blocking ``flock`` merged with what another run wrote meanwhile; a
+run that cannot take the lock just skips saving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+FORMAT = "gpudoctor-scan-cache"
+VERSION = 1
+FILENAME = "scan-v1.json"
+MAX_FILE_BYTES = 32 << 20
+MAX_ENTRIES = 20_000
+LOCK_WAIT_S = 0.2
+
+Key = List[int]
+
+
+def cache_dir(environ: Optional[Dict[str, str]] = None) -> Optional[str]:
+    env = os.environ if environ is None else environ
+    if env.get("GPUDOCTOR_CACHE", "1").strip().lower() in ("0", "off", "no", "false"):
+        return None
+    if env.get("GPUDOCTOR_CACHE_DIR"):
+        return env["GPUDOCTOR_CACHE_DIR"]
+    base = env.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(base):  # the spec: a relative value is invalid and ignored
+        home = env.get("HOME") or os.path.expanduser("~")
+        if not home or not os.path.isabs(home):
+            return None
+        base = os.path.join(home, ".cache")
+    return os.path.join(base, "gpudoctor")
+
+
+def file_key(path: str) -> Optional[Key]:
+    """(size, mtime_ns, inode, device) of a regular file, None if it is not one."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
+
+
+class ScanCache:
+    """``get(kind, path, key)`` / ``put(kind, path, key, value)``, then ``save()`` once."""
+
+    def __init__(self, directory: Optional[str]) -> None:
+        self.directory = directory
+        self.entries: Dict[str, Dict[str, Any]] = {}
+        self.changed: Dict[str, Dict[str, Any]] = {}
+        self.status = "off" if directory is None else "empty"
+        self.detail = ""
+        self.hits = 0
+        self.misses = 0
+        if directory:
+            self.entries = self._load(os.path.join(directory, FILENAME))
+
+    # --- reading ----------------------------------------------------------------------------
+    def _load(self, path: str) -> Dict[str, Dict[str, Any]]:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            self.status, self.detail = "ignored", f"cannot open: {exc.strerror or exc}"
+            return {}
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or (hasattr(os, "geteuid") and st.st_uid != os.geteuid()):
+                self.status, self.detail = "ignored", "not a regular file owned by this user"
+                return {}
+            if st.st_size > MAX_FILE_BYTES:
+                self.status, self.detail = "ignored", f"{st.st_size} bytes (limit {MAX_FILE_BYTES})"
+                return {}
+            chunks = []
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except OSError as exc:
+            self.status, self.detail = "ignored", f"cannot read: {exc.strerror or exc}"
+            return {}
+        finally:
+            os.close(fd)
+        entries = parse(b"".join(chunks))
+        if entries is None:
+            self.status, self.detail = "ignored", "not a gpudoctor scan cache of this version (will be rewritten)"
+            self.changed["__rewrite__"] = {}
+            return {}
+        self.status = "loaded"
+        return entries
+
+    def get(self, kind: str, path: str, key: Optional[Key]) -> Optional[Dict[str, Any]]:
+        if key is None or self.directory is None:
+            return None
+        entry = self.entries.get(kind + "\0" + path)
+        if entry is not None and entry.get("key") == key:
+            self.hits += 1
+            return entry["value"]
+        self.misses += 1
+        return None
+
+    def put(self, kind: str, path: str, key: Optional[Key], value: Dict[str, Any]) -> None:
+        if key is None or self.directory is None:
+            return
+        entry = {"key": list(key), "value": value, "used": int(time.time())}
+        self.entries[kind + "\0" + path] = entry
+        self.changed[kind + "\0" + path] = entry
+
+    # --- writing ----------------------------------------------------------------------------
+    def save(self) -> str:
+        """Write what changed (merged with the file as it is now). Returns what happened."""
+        if self.directory is None or not self.changed:
+            return "unchanged"
+        try:
+            return self._save()
+        except Exception as exc:  # a full disk or a read-only home must not cost the findings
+            return f"not saved: {type(exc).__name__}: {exc}"
+
+    def _save(self) -> str:
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        lock_path = os.path.join(self.directory, FILENAME + ".lock")
+        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            if not _lock(lock):
+                return "skipped: another run is writing the cache"
+            target = os.path.join(self.directory, FILENAME)
+            current = ScanCache.__new__(ScanCache)
+            current.status, current.detail, current.changed = "empty", "", {}
+            merged = current._load(target)
+            merged.update({k: v for k, v in self.changed.items() if k != "__rewrite__"})
+            if len(merged) > MAX_ENTRIES:  # keep the most recently used
+                keep = sorted(merged.items(), key=lambda kv: kv[1].get("used", 0), reverse=True)[:MAX_ENTRIES]
+                merged = dict(keep)
+            data = json.dumps({"format": FORMAT, "version": VERSION, "entries": merged},
+                              separators=(",", ":")).encode("utf-8")
+            import tempfile
+
+            fd, tmp = tempfile.mkstemp(prefix=".scan-", suffix=".tmp", dir=self.directory)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.replace(tmp, target)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+            self.changed = {}
+            return f"saved {len(merged)} entries"
+        finally:
+            os.close(lock)
+
+
+def _lock(fd: int) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the atomic rename alone still keeps the file whole
+        return True
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        except OSError:
+            return True  # a filesystem without locks
+
+
+def parse(data: bytes) -> Optional[Dict[str, Dict[str, Any]]]:
+    """The entries of a cache file's bytes; None when it is not ours (or corrupt)."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        return None
+    raw = doc.get("entries")
+    if not isinstance(raw, dict):
+        return None
+    entries: Dict[str, Dict[str, Any]] = {}
+    for name, entry in raw.items():
+        if (isinstance(name, str) and "\0" in name and isinstance(entry, dict) and isinstance(entry.get("value"), dict)
+                and isinstance(entry.get("key"), list) and len(entry["key"]) == 4
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in entry["key"])):
+            used = entry.get("used")
+            entries[name] = {"key": entry["key"], "value": entry["value"], "used": used if isinstance(used, int) else 0}
+    return entries
+
+
+_shared: Dict[str, Tuple[Optional[str], "ScanCache"]] = {}
+
+
+def shared(environ: Optional[Dict[str, str]] = None) -> ScanCache:
+    """One cache object per process and directory (the kernel scan and the vLLM reader share it)."""
+    directory = cache_dir(environ)
+    key = directory or ""
+    if key not in _shared:
+        _shared[key] = (directory, ScanCache(directory))
+    return _shared[key][1]
+
+
+def forget() -> None:
+    """Drop the in-process cache objects (tests; a long-lived process that wants fresh reads)."""
+    _shared.clear()
+
+
+if __name__ == "__main__":  # python -m gpudoctor.probes.scancache: where the cache is and what it holds
+    where = cache_dir()
+    cache = ScanCache(where)
+    sys.stdout.write(json.dumps({"dir": where, "status": cache.status, "detail": cache.detail,
+                                 "entries": len(cache.entries)}) + "\n")
