@@ -15,6 +15,14 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     >"$OUT/all/wheels.log" 2>&1 && export PYTHONPATH=/tmp/site
 fi
+# A venv holding real releases made sparse (scripts/sparse_wheel.py: metadata, sources, and the
+# ELF/fatbin headers of their CUDA binaries) when .whl/venv/ travels: VLLM_VENV_PY names its python.
+if ls .whl/venv/*.whl >/dev/null 2>&1; then
+  python3 -m venv --without-pip /tmp/vllm-venv &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$(/tmp/vllm-venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+      .whl/venv/*.whl >"$OUT/all/venv.log" 2>&1 && export VLLM_VENV_PY=/tmp/vllm-venv/bin/python
+  ls /tmp/vllm-venv/bin >>"$OUT/all/venv.log" 2>&1
+fi
 log "install gpudoctor"
 python3 -m pip install -q --no-deps --no-build-isolation . >"$OUT/all/install.log" 2>&1 || log "install failed"
 { nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } >"$OUT/all/machine.txt" 2>&1
