@@ -3,7 +3,7 @@
 # (vllm 0.33.0 + its pinned torch 2.14.0, sparse copies: see scripts/sparse_wheel.py).
 set -u
 D="$OUT/coord"; mkdir -p "$D"
-t() { local s=$(date +%s.%N); "$@"; local rc=$?; echo "rc=$rc wall=$(echo "$(date +%s.%N) - $s" | bc)s: $*"; return 0; }
+t() { local s=$EPOCHREALTIME; "$@"; local rc=$? e=$EPOCHREALTIME; echo "rc=$rc wall=$(python3 -c "print(round($e-$s,3))")s: $*"; return 0; }
 {
   t gpudoctor check
   t gpudoctor check --format json -o "$D/check.json"
