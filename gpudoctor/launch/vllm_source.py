@@ -555,8 +555,25 @@ def markers(package: str) -> Dict[str, Optional[bool]]:
     return {"reads_vllm_attention_backend_env": None if envs is None else ("VLLM_ATTENTION_BACKEND" in envs)}
 
 
+_MEMO: Dict[Tuple[str, Any], Dict[str, Any]] = {}
+
+
 def everything(package: str) -> Dict[str, Any]:
-    """All extractions (each None when this vLLM has no such place)."""
+    """All extractions (each None when this vLLM has no such place); read once per process and
+    vLLM tree (keyed by the tree's path and its arg_utils.py's size and mtime)."""
+    try:
+        stat = os.stat(os.path.join(package, "engine", "arg_utils.py"))
+        key: Tuple[str, Any] = (os.path.realpath(package), (stat.st_size, stat.st_mtime_ns))
+    except OSError:
+        key = (os.path.realpath(package), None)
+    if key not in _MEMO:
+        if len(_MEMO) > 8:
+            _MEMO.clear()
+        _MEMO[key] = _everything(package)
+    return _MEMO[key]
+
+
+def _everything(package: str) -> Dict[str, Any]:
     flag_table = flags(package)
     try:
         from gpudoctor.launch import vllm_args

@@ -32,6 +32,8 @@ def parser_unknown(snap):
         return skip
     args = _args(snap)
     tool, reasoning = args.get("--tool-call-parser"), args.get("--reasoning-parser")
+    if isinstance(reasoning, str) and reasoning.lower() == "none":
+        reasoning = None  # vLLM maps `none` to no reasoning parser (parse_reasoning_parser, 0.33)
     fails = []
     if args.get("--enable-auto-tool-choice") is True and not tool:
         fails.append(Fail("--enable-auto-tool-choice without --tool-call-parser: vLLM refuses (\"--enable-auto-tool-choice requires "
@@ -61,7 +63,10 @@ def parser_unknown(snap):
             [(f"launch.args.{flag}", name), (fact_path, f"{len(names)} registered: {', '.join(names)}"[:400]), "launch.vllm"],
             Fix(f"Use a parser this vLLM has, or a vLLM that has {name}."),
             subject=flag,
-            severity=WARNING if plugin else ERROR,
+            # vLLM looks the tool-call parser up only with --enable-auto-tool-choice; without it
+            # the name is ignored (api_server: `if args.enable_auto_tool_choice: … get_tool_parser`).
+            severity=WARNING if plugin or (flag == "--tool-call-parser" and args.get("--enable-auto-tool-choice") is not True)
+            else ERROR,
         ))
     if not fails and unknown_reason:
         return Unknown(unknown_reason)

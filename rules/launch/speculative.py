@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 from .. import advisories
-from .common import _applies, _command_with, _config, _int, _spec, _vllm_version
+from .common import _applies, _args, _command_with, _config, _int, _spec, _vllm_version
 
 SPEC_WITH_AUX_LAYERS = {"dflash", "eagle3", "dspark", "extract_hidden_states"}
 SPEC_WITHOUT_DRAFTER = {"ngram", "ngram_gpu", "suffix"}
@@ -36,6 +36,8 @@ def speculative_method_unknown(snap):
     if not spec:
         return NotApplicable("no speculative decoding")
     method = spec.get("method")
+    if not method and not isinstance(_args(snap).get("--speculative-config"), dict):
+        return NotApplicable("no --speculative-config (a lone --spec-method/--spec-tokens names nothing to check)")
     if not method:
         if spec.get("model"):
             return None  # vLLM detects the method from the drafter's config

@@ -1,0 +1,307 @@
+"""Runs INSIDE a venv holding a real vLLM (+ CPU torch), under VLLM_TARGET_DEVICE=cpu: vLLM's own
+parser decides which `vllm serve` commands it refuses. Never imported by gpudoctor or the tests;
+tests/real/test_vllm_releases.py runs it as a child process.
+
+    python vllm_oracle.py corpus  > corpus.json     # commands built from every action it defines
+    python vllm_oracle.py judge < commands.json     # [{"argv": [...], "refused": bool, "why": str}]
+
+"Refused" means what vLLM does with the command before it loads a model:
+1. its argparse parser (`vllm serve` = FlexibleArgumentParser subparser + make_arg_parser) exits;
+2. `validate_parsed_serve_args` raises;
+3. a value the config class refuses when vLLM builds it: pydantic's validation of that one field
+   (`__pydantic_validator__.validate_assignment`: `Field(gt=0, le=1)` ranges, field validators such
+   as CacheConfig's kv-cache dtype check), a JSON config object with a key its dataclass does not
+   have (pydantic extra="forbid" / a plain dataclass's __init__), and `--quantization` outside
+   QUANTIZATION_METHODS (ModelConfig._verify_quantization).
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import json
+import sys
+import typing
+
+
+def _import_parser():
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    try:
+        from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+    except ImportError:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    return FlexibleArgumentParser, make_arg_parser, validate_parsed_serve_args
+
+
+def build():
+    flexible, make, validate = _import_parser()
+    top = flexible(prog="vllm")
+    subs = top.add_subparsers(dest="subparser")
+    serve = subs.add_parser("serve", prog="vllm serve")
+    make(serve)
+    return top, serve, validate
+
+
+def config_classes():
+    import vllm.config as config
+
+    out = []
+    for name in dir(config):
+        obj = getattr(config, name)
+        if isinstance(obj, type) and dataclasses.is_dataclass(obj) and name.endswith("Config"):
+            out.append(obj)
+    return out
+
+
+def _dataclass_of(hint):
+    if dataclasses.is_dataclass(hint):
+        return hint
+    for arg in typing.get_args(hint):
+        found = _dataclass_of(arg)
+        if found:
+            return found
+    return None
+
+
+def json_config_classes():
+    """dest -> the config dataclass a JSON flag becomes (VllmConfig's fields)."""
+    import vllm.config as config
+
+    out = {}
+    vllm_config = getattr(config, "VllmConfig", None)
+    if vllm_config is None:
+        return out
+    try:
+        hints = typing.get_type_hints(vllm_config)
+    except Exception:
+        hints = {f.name: f.type for f in dataclasses.fields(vllm_config)}
+    for name, hint in hints.items():
+        cls = _dataclass_of(hint)
+        if cls is not None:
+            extra = (getattr(cls, "__pydantic_config__", None) or {}).get("extra")
+            if extra not in ("allow", "ignore") or not hasattr(cls, "__pydantic_config__"):
+                out[name] = cls
+    return out
+
+
+class Judge:
+    def __init__(self):
+        self.top, self.serve, self.validate = build()
+        self.classes = config_classes()
+        self.json_classes = json_config_classes()
+        self.instances = {}
+        try:
+            from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+            self.quantization = list(QUANTIZATION_METHODS)
+        except Exception:
+            self.quantization = None
+
+    def instance(self, cls):
+        if cls not in self.instances:
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    self.instances[cls] = cls()
+            except Exception:
+                self.instances[cls] = None
+        return self.instances[cls]
+
+    def field_refusal(self, dest, value):
+        for cls in self.classes:
+            fields = getattr(cls, "__pydantic_fields__", None)
+            validator = getattr(cls, "__pydantic_validator__", None)
+            if not fields or validator is None:
+                continue
+            # EngineArgs' dest is the config field's name, or ends with it (kv_cache_dtype -> cache_dtype)
+            name = dest if dest in fields else next((f for f in fields if dest.endswith("_" + f) and len(f) > 6), None)
+            if name is None:
+                continue
+            obj = self.instance(cls)
+            if obj is None:
+                # A class that cannot be built with defaults: its field's type and constraints alone.
+                try:
+                    from typing import Annotated
+                    from pydantic import TypeAdapter
+
+                    info = fields[name]
+                    TypeAdapter(Annotated[(info.annotation, *info.metadata)]).validate_python(value)
+                except Exception as exc:
+                    if type(exc).__name__ == "ValidationError":
+                        return f"{cls.__name__}.{name}: {str(exc).splitlines()[-2 if len(str(exc).splitlines()) > 1 else -1][:200]}"
+                continue
+            dest_saved, dest = dest, name
+            try:
+                validator.validate_assignment(obj, dest, value)
+            except Exception as exc:
+                errors = getattr(exc, "errors", None)
+                try:
+                    locs = [e.get("loc", ()) for e in errors()] if errors else []
+                except Exception:
+                    locs = []
+                if any(loc[:1] == (dest,) for loc in locs):
+                    return f"{cls.__name__}.{dest}: {str(exc).splitlines()[-2 if len(str(exc).splitlines()) > 1 else -1][:200]}"
+            finally:
+                self.instances.pop(cls, None)  # validate_assignment may have changed it
+                dest = dest_saved
+        return None
+
+    def startup_refusal(self, dest, value, args):
+        """Names vLLM looks up in its registries at startup (before loading a model)."""
+        if not isinstance(value, str) or not value:
+            return None
+        registry = None
+        if dest == "reasoning_parser":
+            try:
+                from vllm.reasoning import ReasoningParserManager as registry
+            except Exception:
+                return None
+        elif dest == "tool_call_parser" and getattr(args, "enable_auto_tool_choice", False):
+            try:
+                from vllm.tool_parsers import ToolParserManager as registry
+            except Exception:
+                try:
+                    from vllm.entrypoints.openai.tool_parsers import ToolParserManager as registry
+                except Exception:
+                    return None
+        elif dest == "attention_backend":
+            for module in ("vllm.v1.attention.backends.registry", "vllm.attention.backends.registry"):
+                try:
+                    enum = getattr(__import__(module, fromlist=["AttentionBackendEnum"]), "AttentionBackendEnum")
+                except Exception:
+                    continue
+                names = {m.name for m in enum}
+                return None if value.upper() in names else f"unknown attention backend {value}"
+            return None
+        if registry is None:
+            return None
+        names = None
+        for attr in ("list_registered", "get_registered"):
+            if hasattr(registry, attr):
+                try:
+                    names = set(getattr(registry, attr)())
+                except Exception:
+                    names = None
+        if names is None:
+            for attr in ("reasoning_parsers", "tool_parsers", "lazy_parsers"):
+                names = (names or set()) | set(getattr(registry, attr, {}) or {})
+        return None if not names or value in names else f"{dest} {value} is not registered"
+
+    def judge(self, argv):
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                args = self.top.parse_args(["serve", *argv])
+        except SystemExit:
+            return True, "argparse: " + err.getvalue().strip().splitlines()[-1][:300] if err.getvalue().strip() else "argparse"
+        except Exception as exc:
+            return True, f"parse_args raised {type(exc).__name__}: {exc}"[:300]
+        try:
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                self.validate(args)
+        except Exception as exc:
+            return True, f"validate_parsed_serve_args: {exc}"[:300]
+        for dest, value in vars(args).items():
+            default = self.serve.get_default(dest)
+            if value == default or value is None:
+                continue
+            startup = self.startup_refusal(dest, value, args)
+            if startup:
+                return True, startup
+            if dest == "quantization" and self.quantization is not None and isinstance(value, str) \
+                    and value not in self.quantization:
+                return True, f"ModelConfig: Unknown quantization method: {value}"
+            cls = self.json_classes.get(dest)
+            if cls is not None and isinstance(value, dict):
+                names = {f.name for f in dataclasses.fields(cls)}
+                extra = sorted(k for k in value if k not in names)
+                if extra:
+                    return True, f"{cls.__name__}: unknown keys {extra}"
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                why = self.field_refusal(dest, value)
+                if why:
+                    return True, why
+        return False, ""
+
+
+CANDIDATES = ["2", "1", "0.5", "{}", "auto", "x", "true", "[]", "none"]
+MODEL = "facebook/opt-125m"
+
+
+def _accepted_value(judge, action):
+    """The first candidate value vLLM accepts for this action (None: a switch; False: none)."""
+    opt = action.option_strings[0]
+    if action.nargs == 0:
+        return None if not judge.judge([MODEL, opt])[0] else False
+    choices = [str(c) for c in (action.choices or []) if c is not None]
+    for text in choices[:1] + CANDIDATES:
+        words = [text] * action.nargs if isinstance(action.nargs, int) else [text]
+        if not judge.judge([MODEL, opt, *words])[0]:
+            return words
+    return False
+
+
+def _typo(opt):
+    return opt[:-1] + ("x" if opt[-1] != "x" else "y") + "z"
+
+
+def corpus(judge):
+    """Commands built from every action vLLM's serve parser defines: each option string with a
+    value it accepts, and mutations of it."""
+    commands = []
+
+    def add(kind, argv):
+        refused, why = judge.judge(argv)
+        commands.append({"kind": kind, "argv": argv, "refused": refused, "why": why})
+
+    for action in judge.serve._actions:
+        if not action.option_strings or isinstance(action, argparse._HelpAction):
+            continue
+        value = _accepted_value(judge, action)
+        longs = [o for o in action.option_strings if o.startswith("--")] or action.option_strings
+        opt = longs[0]
+        if value is False:
+            add("no-valid-value", [MODEL, opt, "x"])
+            continue
+        for name in action.option_strings:
+            add("valid", [MODEL, name, *(value or [])])
+        add("typo", [MODEL, _typo(opt), *(value or [])])
+        if value is None:
+            add("switch-with-value", [MODEL, f"{opt}=maybe"])
+            continue
+        add("missing-value", [MODEL, opt])
+        choices = [c for c in (action.choices or []) if c is not None]
+        if choices:
+            add("bad-choice", [MODEL, opt, f"{choices[0]}x"])
+        type_name = getattr(action.type, "__name__", "") or ""
+        if value[0] in ("2", "1", "0.5"):
+            add("wrong-type", [MODEL, opt, "abc"])
+            for number in ("0", "-1", "1.5", "100000000000"):
+                add("number", [MODEL, opt, number])
+        if value[0] in ("{}", "[]") or "json" in type_name or action.dest in judge.json_classes:
+            add("bad-json", [MODEL, opt, '{"a": '])
+            if action.dest in judge.json_classes:
+                add("bad-key", [MODEL, opt, '{"no_such_key_xyz": 1}'])
+    for extra in (["--dtype", "bfloat17"], ["--quantization", "awq_marlinn"], ["--kv-cache-dtype", "fp8_e5m2x"],
+                  ["--gpu-memory-utilization", "1.5"], ["-tp", "0"], ["--tool-call-parser", "hermes"],
+                  ["--enable-auto-tool-choice"], ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]):
+        add("named", [MODEL, *extra])
+    return commands
+
+
+def main():
+    mode = sys.argv[1]
+    judge = Judge()
+    if mode == "corpus":
+        json.dump(corpus(judge), sys.stdout)
+        return
+    out = []
+    for argv in json.load(sys.stdin):
+        refused, why = judge.judge(argv)
+        out.append({"argv": argv, "refused": refused, "why": why})
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
