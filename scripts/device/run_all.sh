@@ -36,7 +36,10 @@ for n in "${names[@]}"; do
   case "$n" in
     suite)
       log "suite"
-      timeout 420 python3 -m pytest -q -p no:cacheprovider -n 8 -m 'not real' tests >"$OUT/all/suite.log" 2>&1
+      # No internet there: package builds find setuptools/wheel in .whl/build/; the llama.cpp
+      # tests need a 93 MB model package that cannot travel, so they are left out (counted below).
+      PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl/build" timeout 420 python3 -m pytest -q -p no:cacheprovider -n 8 \
+        -m 'not real' --ignore=tests/test_smoke_llama.py tests >"$OUT/all/suite.log" 2>&1
       echo "rc=$?" >>"$OUT/all/suite.log" ;;
     snapshot)
       log "snapshot"
