@@ -8,6 +8,7 @@ from gpudoctor import rule as rule_module
 from gpudoctor.rule import AREA_TITLES, ID_PATTERN, NAME_PATTERN, RuleMeta, SEVERITY_RANK, area_title
 
 _CATALOGUE: Optional[List[RuleMeta]] = None
+_PACK_PROBLEMS: List[str] = []  # rule packs (gpudoctor/plugins.py) left out, as notes for the output
 
 
 class RegistryError(RuntimeError):
@@ -21,8 +22,18 @@ def load_rules() -> List[RuleMeta]:
         import gpudoctor_rules
 
         gpudoctor_rules.load()
-        _CATALOGUE = validate(list(rule_module._REGISTERED))
+        builtin = validate(list(rule_module._REGISTERED))
+        from gpudoctor import plugins
+
+        packs, problems = plugins.load(builtin)
+        _PACK_PROBLEMS[:] = [problem.note() for problem in problems]
+        _CATALOGUE = builtin + packs
     return list(_CATALOGUE)
+
+
+def pack_notes() -> List[str]:
+    """Why an installed rule pack (or one of its rules) was left out; said in every output."""
+    return list(_PACK_PROBLEMS)
 
 
 def validate(rules: List[RuleMeta]) -> List[RuleMeta]:

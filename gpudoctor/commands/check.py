@@ -6,7 +6,7 @@ from gpudoctor.commands.common import IO, UsageError, add_probe_options, probe, 
 from gpudoctor.exitcodes import ExitCode
 from gpudoctor.gates import FAIL_ON_CHOICES
 
-FORMATS = ("text", "json", "markdown")
+FORMATS = ("text", "json", "markdown", "junit", "github")
 
 
 def configure(parser) -> None:
@@ -17,7 +17,8 @@ def configure(parser) -> None:
                         help="replay a snapshot saved by `gpudoctor snapshot` instead of probing; repeat it (one file per node) to check a cluster")
     parser.add_argument("--select", action="append", metavar="IDS", help="only these rules: IDs, prefixes (GD1), names or areas; comma-separated")
     parser.add_argument("--ignore", action="append", metavar="IDS", help="skip these rules (same forms as --select)")
-    parser.add_argument("--format", choices=FORMATS, default="text")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text for people, json (versioned), markdown (an issue), junit (XML, one test case per rule), github (workflow annotations)")
     parser.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
                         help="lowest level that makes the exit code 1 (default: error); unknown: also any rule that could not decide")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
@@ -46,6 +47,13 @@ def render(result, args, io: IO) -> None:
         from gpudoctor.render import json_out
 
         io.stdout.write(json_out.dumps(json_out.document(result, args.fail_on), redactor))
+    elif args.format in ("junit", "github"):
+        from gpudoctor.render import ci
+
+        if args.format == "junit":
+            io.stdout.write(ci.junit(result, args.fail_on, f"gpudoctor {getattr(args, 'command', None) or 'check'}", redactor))
+        else:
+            io.stdout.write(ci.github(result, args.fail_on, getattr(args, "from_file", None) or getattr(args, "snapshot", None), redactor))
     elif args.format == "markdown":
         from gpudoctor.render import markdown
 
@@ -89,6 +97,9 @@ def run(args, io: IO) -> int:
 
         add_smoke_facts(snapshot, args, io)
     result = run_rules(snapshot, rules)
+    from gpudoctor.registry import pack_notes
+
+    result.notes.extend(pack_notes())
     if args.verbose:
         for text in result.debug:
             io.stderr.write(text + "\n")

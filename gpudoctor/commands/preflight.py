@@ -27,7 +27,7 @@ from gpudoctor.exitcodes import ExitCode
 from gpudoctor.gates import FAIL_ON_CHOICES, preflight_notes
 
 HELP = "check this machine and a launch command (`-- vllm serve MODEL …`) before starting it; --exec then starts it"
-FORMATS = ("text", "json", "markdown")
+FORMATS = ("text", "json", "markdown", "junit", "github")
 
 
 def configure(parser) -> None:
@@ -63,6 +63,7 @@ def _command(args) -> list:
 
 def run(args, io: IO) -> int:
     from gpudoctor.commands.check import render, selected_rules
+    from gpudoctor import registry
     from gpudoctor.engine import run_rules
     from gpudoctor.launch import parser as launch_parser
     from gpudoctor.launch import probe as launch_probe
@@ -102,6 +103,7 @@ def run(args, io: IO) -> int:
     snapshot.update(facts)
     result = run_rules(snapshot, rules)
     result.notes.extend(preflight_notes(snapshot))
+    result.notes.extend(registry.pack_notes())
     if args.verbose:
         for text in debug + result.debug:
             io.stderr.write(text + "\n")

@@ -1,0 +1,122 @@
+"""Formats for CI systems: JUnit XML (one test case per rule) and GitHub workflow annotations.
+
+JUnit: a rule with findings at or above ``--fail-on`` is a failure (message, evidence, fix);
+a rule that could not decide is skipped, or a failure under ``--fail-on unknown``; a rule that
+does not apply is skipped; findings below the gate pass with their text in system-out. So the
+XML's failure count says what the exit code says.
+
+GitHub: ``::error``/``::warning``/``::notice`` workflow commands, one per finding (and one per
+area not checked), then the summary line. See
+https://docs.github.com/en/actions/reference/workflow-commands-for-github-actions
+"""
+
+from __future__ import annotations
+
+import time
+from typing import List, Optional
+from xml.sax.saxutils import escape, quoteattr
+
+from gpudoctor import __version__
+from gpudoctor.engine import Result
+from gpudoctor.gates import not_checked
+from gpudoctor.redact import DEFAULT, Redactor
+from gpudoctor.render.values import show
+from gpudoctor.rule import FAIL, NOT_APPLICABLE, SEVERITY_RANK, UNKNOWN, area_title
+
+MESSAGE_LIMIT = 1000  # characters of one failure message attribute
+
+
+def _finding_text(finding) -> str:
+    lines = [finding.message]
+    for item in finding.evidence:
+        lines.append(f"  {item.path} = {show(item.path, item.value)}")
+    if finding.fix:
+        lines.append(f"fix: {finding.fix.summary}")
+        lines.extend(f"  $ {command}" for command in finding.fix.commands)
+    lines.append(f"more: gpudoctor explain {finding.rule_id}")
+    return "\n".join(lines)
+
+
+def _clean(text: str) -> str:
+    """XML 1.0 cannot carry most control characters, not even escaped."""
+    return "".join(ch for ch in text if ch in "\t\n\r" or ord(ch) >= 0x20)
+
+
+def junit(result: Result, fail_on: str, suite: str = "gpudoctor", redactor: Optional[Redactor] = None) -> str:
+    blocking = {id(f) for f in result.blocking(fail_on)}
+    cases: List[str] = []
+    failures = skipped = 0
+    for outcome in result.outcomes:
+        meta = outcome.rule
+        name = quoteattr(_clean(f"{meta.id} {meta.name}"))
+        classname = quoteattr(_clean(f"gpudoctor.{meta.area}"))
+        head = f'  <testcase classname={classname} name={name} time="0"'
+        gated = [f for f in outcome.findings if id(f) in blocking]
+        if outcome.status == FAIL and gated:
+            failures += 1
+            worst = max((f.severity for f in gated), key=SEVERITY_RANK.__getitem__)
+            message = "; ".join(f.message for f in gated)
+            body = "\n\n".join(_finding_text(f) for f in outcome.findings)
+            cases.append(f"{head}>\n    <failure type={quoteattr(worst)} message={quoteattr(_clean(message[:MESSAGE_LIMIT]))}>"
+                         f"{escape(_clean(body))}</failure>\n  </testcase>")
+        elif outcome.status == FAIL:  # findings below the gate: the case passes, its text is kept
+            body = "\n\n".join(_finding_text(f) for f in outcome.findings)
+            cases.append(f"{head}>\n    <system-out>{escape(_clean(body))}</system-out>\n  </testcase>")
+        elif outcome.status == UNKNOWN and fail_on == UNKNOWN:
+            failures += 1
+            reason = _clean(f"could not decide: {outcome.reason}")
+            cases.append(f"{head}>\n    <failure type=\"unknown\" message={quoteattr(reason[:MESSAGE_LIMIT])}>{escape(reason)}</failure>\n  </testcase>")
+        elif outcome.status in (UNKNOWN, NOT_APPLICABLE):
+            skipped += 1
+            word = "could not decide" if outcome.status == UNKNOWN else "not applicable"
+            cases.append(f"{head}>\n    <skipped message={quoteattr(_clean(f'{word}: {outcome.reason}'[:MESSAGE_LIMIT]))}/>\n  </testcase>")
+        else:
+            cases.append(f"{head}/>")
+    total = len(result.outcomes)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    attrs = f'tests="{total}" failures="{failures}" errors="0" skipped="{skipped}"'
+    text = "\n".join(
+        ['<?xml version="1.0" encoding="UTF-8"?>',
+         f"<testsuites name=\"gpudoctor\" {attrs}>",
+         f" <testsuite name={quoteattr(suite)} {attrs} timestamp=\"{stamp}\">",
+         f'  <properties><property name="gpudoctor.version" value={quoteattr(__version__)}/>'
+         f'<property name="fail_on" value={quoteattr(fail_on)}/></properties>']
+        + cases + [" </testsuite>", "</testsuites>", ""]
+    )
+    return (redactor or DEFAULT)(text)
+
+
+# --- GitHub -----------------------------------------------------------------------------------------------------
+def _data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _prop(text: str) -> str:
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def github(result: Result, fail_on: str, file: Optional[str] = None, redactor: Optional[Redactor] = None) -> str:
+    """One workflow command per finding (``file=`` when the run had a file to point at), then the summary."""
+    from gpudoctor.render.text import _summary, plain
+
+    where = f"file={_prop(file)}," if file else ""
+    blocking = {id(f) for f in result.blocking(fail_on)}
+    out: List[str] = []
+    for finding in result.findings:
+        level = LEVEL[finding.severity]
+        if id(finding) in blocking and level == "notice":
+            level = "warning"
+        subject = f" [{finding.subject}]" if finding.subject else ""
+        title = _prop(f"{finding.rule_id} {finding.name}{subject}")
+        out.append(f"::{level} {where}title={title}::{_data(_finding_text(finding))}")
+    for gap in not_checked(result.outcomes):
+        level = "error" if fail_on == UNKNOWN else "notice"
+        title = _prop(f"{area_title(gap.area)}: not checked")
+        out.append(f"::{level} {where}title={title}::{_data(f'{gap.count} rules could not decide: {gap.line()}')}")
+    for note in result.notes:
+        out.append(f"::warning {where}title={_prop('gpudoctor')}::{_data(note)}")
+    out.append(plain([_summary(result, fail_on)]).rstrip())
+    return (redactor or DEFAULT)("\n".join(out) + "\n")
