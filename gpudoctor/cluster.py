@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from gpudoctor.snapshot import ABSENT, OK, Fact, Snapshot, SnapshotError, ok
+from gpudoctor.visible import visible_gpus
 
 NODES_FACT = "cluster.nodes"
 PLAN_FACT = "cluster.plan"
@@ -414,21 +415,8 @@ def _env_spread(watch: Watch, var: str, nodes: List[Tuple[str, Snapshot]]) -> Sp
     return spread
 
 
-def node_value(snapshot: Snapshot, spread: Spread, node: str) -> Any:
-    """Evidence value of a spread on one node (for Fail evidence)."""
-    if node in spread.values:
-        return spread.values[node]
-    return spread.unknown.get(node, "not collected")
-
-
 # --- GPUs per node ----------------------------------------------------------------------------
-def visible_gpus(snap: Snapshot) -> List[int]:
-    """Driver indices a CUDA process on that node sees (CUDA_VISIBLE_DEVICES applied)."""
-    from gpudoctor.visible import resolve
-
-    uuids = [snap.value(f"gpu.{i}.uuid") for i in snap.gpu_indices()]
-    env = snap.value("env", {}) or {}
-    return resolve(env.get("CUDA_VISIBLE_DEVICES") if isinstance(env, dict) else None, uuids).indices
+# visible_gpus (imported above from gpudoctor.visible): driver indices a CUDA process on that node sees.
 
 
 def gpu_kinds(snap: Snapshot) -> List[Tuple[str, str]]:
@@ -480,10 +468,9 @@ class ClusterResult:
         return total
 
     def blocking(self, fail_on: str) -> List[Any]:
-        from gpudoctor.rule import SEVERITY_RANK
+        from gpudoctor.engine import blocking
 
-        floor = SEVERITY_RANK[fail_on]
-        return [f for f in self.findings if SEVERITY_RANK[f.severity] >= floor]
+        return blocking(self.findings, fail_on)
 
 
 CLUSTER_AREA = "cluster"
@@ -504,9 +491,3 @@ def run(snapshot: Snapshot, rules: Sequence[Any]) -> ClusterResult:
         debug.extend(f"[{name}] {text}" for text in per_node[name].debug)
     return ClusterResult(snapshot, cluster, per_node, entries, debug)
 
-
-def cluster_markdown(result: ClusterResult, fail_on: str = "error", redactor: Any = None) -> str:
-    """The cluster as GitHub-ready Markdown (matrix, then findings by node), for ``gpudoctor report``."""
-    from gpudoctor.render.matrix import markdown
-
-    return markdown(result, fail_on, redactor)

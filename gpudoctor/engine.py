@@ -47,14 +47,19 @@ class Result:
         return counts
 
     def blocking(self, fail_on: str) -> List[Finding]:
-        floor = SEVERITY_RANK.get(fail_on, SEVERITY_RANK["warning"])  # "unknown" blocks warnings too
-        return [f for f in self.findings if SEVERITY_RANK[f.severity] >= floor]
+        return blocking(self.findings, fail_on)
 
     def gated(self, fail_on: str) -> bool:
         """Exit 1: findings at or above ``fail_on``; with ``unknown`` also a rule that could not decide."""
         from gpudoctor.gates import gated
 
         return gated(self.blocking(fail_on), self.outcomes, fail_on)
+
+
+def blocking(findings: Sequence[Finding], fail_on: str) -> List[Finding]:
+    """The findings at or above ``fail_on`` (one node's or a cluster's): what makes the exit code 1."""
+    floor = SEVERITY_RANK.get(fail_on, SEVERITY_RANK["warning"])  # "unknown" blocks warnings too
+    return [f for f in findings if SEVERITY_RANK[f.severity] >= floor]
 
 
 def run_rules(snapshot: Snapshot, rules: Sequence[RuleMeta]) -> Result:

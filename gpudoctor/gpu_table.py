@@ -210,15 +210,6 @@ def describe_archs(sm_variants: Sequence[Any], ptx: Sequence[Any]) -> str:
     return ", ".join(parts) if parts else "none"
 
 
-def sm_sort_key(arch: str) -> Tuple[int, str]:
-    parsed = _split_sm(arch)
-    return (parsed[0] * 10 + parsed[1], parsed[2]) if parsed else (10**6, str(arch))
-
-
-def as_list(value: Any) -> List[Any]:
-    return list(value) if isinstance(value, (list, tuple)) else []
-
-
 def gpus_to_judge(snap) -> List[Dict[str, Any]]:
     """The distinct GPUs (by compute capability) a kernel rule should judge against."""
     seen: Dict[str, Dict[str, Any]] = {}

@@ -58,3 +58,10 @@ def _lookup(entry: str, uuids: Sequence[Optional[str]]) -> Optional[int]:
         matches = [i for i, uuid in enumerate(uuids) if uuid and uuid.lower().startswith(entry.lower())]
         return matches[0] if len(matches) == 1 else None
     return None
+
+
+def visible_gpus(snap) -> List[int]:
+    """Driver indices a CUDA process on that machine sees (CUDA_VISIBLE_DEVICES of its ``env`` fact applied)."""
+    uuids = [snap.value(f"gpu.{i}.uuid") for i in snap.gpu_indices()]
+    env = snap.value("env", {}) or {}
+    return resolve(env.get("CUDA_VISIBLE_DEVICES") if isinstance(env, dict) else None, uuids).indices

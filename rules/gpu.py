@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import List
 
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 from gpudoctor.snapshot import gib, mib
-from gpudoctor.visible import resolve
+from gpudoctor.visible import resolve, visible_gpus
 
-# Memory a GPU may show as used with nothing of ours on it: NVML v1 counts the driver's
-# reservation (~0.6 GiB on an H200) as used; v2 reports it apart.
-IN_USE_THRESHOLD = 1 << 30
+from .processes import IN_USE_THRESHOLD, gpu_shares, view
 
 # /dev/shm below this breaks NCCL's shared-memory transport between local GPUs (Docker's
 # default is 64 MiB). vLLM's docs ask for --ipc=host or a large --shm-size.
@@ -20,12 +17,6 @@ SHM_MINIMUM = 1 << 30
 
 # Product names of data-center GPUs, where persistence mode is expected to be on.
 DATA_CENTER = re.compile(r"\b(A100|A30|A40|A10G?|A16|A2|H100|H200|H800|H20|GH200|B100|B200|B300|GB200|GB300|L4|L40S?|L20|T4|V100|P100|P40|Tesla)\b")
-
-
-def visible_gpus(snap) -> List[int]:
-    uuids = [snap.value(f"gpu.{i}.uuid") for i in snap.gpu_indices()]
-    env = snap.value("env", {}) or {}
-    return resolve(env.get("CUDA_VISIBLE_DEVICES"), uuids).indices
 
 
 def _gpu_label(snap, index: int) -> str:
@@ -100,8 +91,6 @@ def gpu_memory_in_use(snap):
       (GD601), zombies (GD605) or processes not visible here (GD604) is reported there, not
       here: this rule names the live holders, with user and age.
     """
-    from .processes import gpu_shares, view
-
     procs_view = view(snap)
     splits = {s.index: s for s in (gpu_shares(snap, procs_view) or [])}
     fails = []

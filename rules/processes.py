@@ -20,6 +20,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from gpudoctor.actions import RemoveFile, StopProcess
 from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 from gpudoctor.snapshot import gib
+from gpudoctor.visible import visible_gpus
+
+# Memory a GPU may show as used with nothing of ours on it: NVML v1 counts the driver's
+# reservation (~0.6 GiB on an H200) as used; v2 reports it apart. (GD302 in rules/gpu.py uses it too.)
+IN_USE_THRESHOLD = 1 << 30
 
 # Roles a launcher starts (probes/processes.py classify): stale once the launcher is gone.
 CHILD_ROLES = {"engine_core", "worker", "api_server", "coordinator", "helper"}
@@ -223,8 +228,6 @@ def gpu_memory_by_pid(snap, v: Optional[View] = None) -> Dict[int, Dict[int, Opt
 
 def gpu_shares(snap, v: Optional[View] = None) -> Optional[List[GpuShare]]:
     """Per visible GPU, who holds its memory; None without the process table."""
-    from .gpu import IN_USE_THRESHOLD, visible_gpus  # rules/gpu.py imports this module too
-
     v = v or view(snap)
     if v is None:
         return None

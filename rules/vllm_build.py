@@ -341,7 +341,7 @@ def vllm_known_fix_missing(snap):
     Some features work only with fixes that landed later than the build you run: DFlash
     speculative decoding takes its auxiliary hidden states one layer early without PR #40727
     (acceptance drops, nothing errors), and sliding-window DFlash drafters need PR #46104.
-    The advisories (rules/advisories.py) say which fix each feature needs and are evaluated
+    The advisories (gpudoctor/knowledge/advisories.py) say which fix each feature needs and are evaluated
     against the installed vLLM: its source (the code that actually runs), its release
     version where the first release is verified, or, for a checkout, whether HEAD contains
     the merge commit; otherwise "cannot tell" (shown with -v). `gpudoctor preflight` checks
@@ -352,13 +352,13 @@ def vllm_known_fix_missing(snap):
     cherry-pick the merge commit (`git cherry-pick COMMIT`).
 
     ## References
-    - rules/advisories.py (each advisory's PR, merge commit and sources); research/facts.md
+    - gpudoctor/knowledge/advisories.py (each advisory's PR, merge commit and sources); research/facts.md
       §4.4; vllm-project/vllm#40727, #46104, #40898 (superseded), #46105.
     """
     skip = not_read(snap)
     if skip is not None:
         return skip
-    from . import advisories  # only when vLLM is there
+    from gpudoctor.knowledge import advisories  # only when vLLM is there
 
     info = build(snap)
     if not info:

@@ -1,4 +1,4 @@
-"""Known-fix advisories (rules/advisories.py): data, evaluation by source markers, release version and
+"""Known-fix advisories (gpudoctor/knowledge/advisories.py): data, evaluation by source markers, release version and
 commit history, ``advisories_for`` as the launch checks call it, and GD514.
 
 vLLM trees carry the real shapes of the code before and after each PR (tests/flash_attn_trees.py);
@@ -19,8 +19,8 @@ import pytest
 
 from gpudoctor.probes import vllm_build as probe
 from gpudoctor.snapshot import Fact, Snapshot
-from gpudoctor_rules import advisories
-from gpudoctor_rules.advisories import Advisory, Marker, advisories_for, evaluate, probe_options
+from gpudoctor.knowledge import advisories
+from gpudoctor.knowledge.advisories import Advisory, Marker, advisories_for, evaluate, probe_options
 from helpers import outcome
 from flash_attn_trees import (DFLASH_AFTER_46104, DFLASH_BEFORE_46104, RUNNER_AFTER_40727, RUNNER_BEFORE_40727, collect, snapshot,
                               torch_site, vllm)

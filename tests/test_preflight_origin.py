@@ -70,7 +70,7 @@ def test_the_origin_story_gives_the_expected_findings_and_nothing_else(box):
                     "GD714", "GD716", "GD717", "GD718", "GD720", "GD721", "GD723"):
         assert launch[rule_id]["status"] == "pass", (rule_id, launch[rule_id])
     # The recording has no socket table: the port is unknown, said so. The DFlash fixes are there
-    # (or, without rules/advisories.py, it cannot tell).
+    # (or, without gpudoctor/knowledge/advisories.py, it cannot tell).
     assert launch["GD722"]["status"] == "unknown"
     assert launch["GD719"]["status"] in ("pass", "unknown") and not launch["GD719"]["findings"]
     facts = doc["snapshot"]["facts"]

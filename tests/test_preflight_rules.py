@@ -393,7 +393,7 @@ def test_gd720_block_size_minus_one_passes(world):
 
 # --- GD719 ------------------------------------------------------------------------------------------------
 def test_gd719_known_fix_missing_in_the_commands_vllm(world, tmp_path):
-    pytest.importorskip("gpudoctor_rules.advisories")
+    pytest.importorskip("gpudoctor.knowledge.advisories")
     pytest.importorskip("gpudoctor.probes.vllm_build")
     unfixed = fake_vllm(tmp_path / "branch", dflash_fixed=False)
     _, doc, _ = preflight(world, "--snapshot", H200, "--", str(unfixed), "serve", str(world["qwen"]), "--speculative-config", spec(world))

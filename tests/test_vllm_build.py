@@ -330,4 +330,4 @@ def test_explain_prints_why_fix_and_sources(rule_id):
     assert proc.stdout.startswith(f"{rule_id} vllm-")
     for heading in ("## Why", "## Fix", "## References"):
         assert heading in proc.stdout
-    assert "research/facts.md §4" in proc.stdout or "rules/advisories.py" in proc.stdout
+    assert "research/facts.md §4" in proc.stdout or "gpudoctor/knowledge/advisories.py" in proc.stdout

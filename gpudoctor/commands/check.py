@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudoctor.commands.common import IO, UsageError, add_probe_options, probe, replay, stream_is_unicode, use_color
+from gpudoctor.commands.common import IO, add_probe_options, probe, replay, selected_rules, stream_is_unicode, use_color
 from gpudoctor.exitcodes import ExitCode
 from gpudoctor.gates import FAIL_ON_CHOICES
 
@@ -28,15 +28,6 @@ def configure(parser) -> None:
     parser.add_argument("--show-config", action="store_true",
                         help="print each setting, its value and where it came from (flag, GPUDOCTOR_* variable, config file, default), then exit")
     parser.add_argument("--smoke", nargs="?", const="auto", metavar="URL", help="finally run the inference smoke check against URL (default: the server found listening here)")
-
-
-def selected_rules(args):
-    from gpudoctor import registry
-
-    try:
-        return registry.select(registry.load_rules(), registry.split_selectors(args.select), registry.split_selectors(args.ignore))
-    except registry.RegistryError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def render(result, args, io: IO) -> None:

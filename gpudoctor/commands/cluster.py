@@ -62,8 +62,7 @@ def configure(parser) -> None:
 
 # --- the command --------------------------------------------------------------------------------
 def run(args, io: IO) -> int:
-    from gpudoctor.commands.check import selected_rules
-    from gpudoctor.commands.common import MAX_TIMEOUT
+    from gpudoctor.commands.common import MAX_TIMEOUT, selected_rules
 
     rules = selected_rules(args)
     sizes = _plan(args)
@@ -96,11 +95,6 @@ def check_snapshots(args, io: IO, rules) -> int:
         spec = gpu_option(args)
         transform = lambda snap: override_snapshot(snap, spec, args.gpu)  # noqa: E731
     return report(files_snapshot(getattr(args, "snapshots", None) or [args.snapshot], None, transform), rules, args, io)
-
-
-def check_cluster_snapshot(snapshot, args, io: IO, rules) -> int:
-    """``gpudoctor check --snapshot cluster.json`` where the file is a saved cluster snapshot."""
-    return report(snapshot, rules, args, io)
 
 
 def files_snapshot(paths: List[str], sizes: Optional[Dict[str, int]], transform=None):

@@ -137,3 +137,13 @@ def write_private(path: str, data: str) -> None:
             handle.write(data)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def selected_rules(args):
+    """The rules --select / --ignore pick (every command that runs rules)."""
+    from gpudoctor import registry
+
+    try:
+        return registry.select(registry.load_rules(), registry.split_selectors(args.select), registry.split_selectors(args.ignore))
+    except registry.RegistryError as exc:
+        raise UsageError(str(exc)) from None

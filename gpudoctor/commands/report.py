@@ -125,7 +125,7 @@ def _cluster_report(snapshot, args, io: IO) -> int:
         text = redactor(json.dumps(redactor.data(matrix.document(result, args.fail_on), strings=False), indent=1,
                                    sort_keys=True, default=str, ensure_ascii=False)) + "\n"
     else:
-        text = redactor(cluster.cluster_markdown(result, args.fail_on, redactor)
+        text = redactor(matrix.markdown(result, args.fail_on, redactor)
                         + "\n<details><summary>cluster snapshot.json</summary>\n\n```json\n"
                         + snapshot.dumps().rstrip() + "\n```\n\n</details>\n")
     if args.output:

@@ -251,11 +251,11 @@ def collect(argv: Optional[Sequence[str]] = None, from_file: Optional[str] = Non
 def build_facts(location: "vllm_source.Location", environ: Dict[str, str], debug: List[str]) -> Dict[str, Fact]:
     """``launch.vllm.build`` / ``.code_markers`` / ``.fix_commits``: what probes/vllm_build.py
     reports as ``vllm.*`` for gpudoctor's own environment, for the vLLM the *command* runs
-    (rules/advisories.py evaluates known fixes on them; GD719). Skipped quietly when those
+    (gpudoctor/knowledge/advisories.py evaluates known fixes on them; GD719). Skipped quietly when those
     modules are not there."""
     try:
         from gpudoctor.probes import vllm_build
-        from gpudoctor_rules.advisories import probe_options
+        from gpudoctor.knowledge.advisories import probe_options
     except ImportError:
         return {}
     if not location.dist_info:

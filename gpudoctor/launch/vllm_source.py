@@ -31,7 +31,7 @@ late 2026; research/facts.md §4.3, §4.7, §4.8):
   registry.py``) or ``_Backend`` (older ``vllm/platforms/interface.py`` /
   ``vllm/attention/backends/registry.py``).
 - **Markers**: whether ``vllm/envs.py`` still reads ``VLLM_ATTENTION_BACKEND`` (facts.md
-  §4.8). Known-fix markers (DFlash's layer-id offset, PR #40727 …) are rules/advisories.py's;
+  §4.8). Known-fix markers (DFlash's layer-id offset, PR #40727 …) are gpudoctor/knowledge/advisories.py's;
   probe.py runs them on the command's vLLM through probes/vllm_build.py.
 
 Every extractor is a regular expression over the text, tolerant of formatting and of syntax
@@ -548,7 +548,7 @@ def attention_backends(package: str) -> Optional[List[str]]:
 def markers(package: str) -> Dict[str, Optional[bool]]:
     """Code that decides a known behaviour: True present, False absent, None not applicable here.
 
-    (Known-fix markers such as DFlash's layer-id offset belong to rules/advisories.py and
+    (Known-fix markers such as DFlash's layer-id offset belong to gpudoctor/knowledge/advisories.py and
     probes/vllm_build.py; the launch probe runs those on the command's vLLM.)
     """
     envs = read(os.path.join(package, "envs.py"))

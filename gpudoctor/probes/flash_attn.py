@@ -482,15 +482,6 @@ def vllm_builds(vllm_dir: Optional[str]) -> Optional[Dict[str, Any]]:
     }
 
 
-def _package_dir(package: str, paths: List[str], editable: Dict[str, str]) -> Optional[str]:
-    for location in paths:
-        candidate = os.path.join(location, package)
-        if os.path.isdir(candidate):
-            return candidate
-    target = editable.get(package)
-    return target if target and os.path.isdir(target) else None
-
-
 # --- build environment ---------------------------------------------------------------------
 def build_env(environ: Dict[str, str], dists: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     import shutil
@@ -598,7 +589,7 @@ def collect_plain(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     out["flash_attn.clashes"] = fact(clashes(records, locations, versions), source="RECORD, file hashes")
 
     vllm = dists.get("vllm")
-    vllm_dir = _package_dir("vllm", paths, editable) if isinstance(vllm, dict) else None
+    vllm_dir = _pyenv.package_dir("vllm", paths, editable) if isinstance(vllm, dict) else None
     if vllm_dir:
         out["flash_attn.vllm_builds"] = fact(vllm_builds(vllm_dir), source=os.path.join(vllm_dir, "vllm_flash_attn"))
     else:

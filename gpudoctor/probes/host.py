@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping
 
 from gpudoctor.snapshot import ABSENT, ERROR, Fact, missing, ok
 
@@ -134,11 +134,3 @@ def _statvfs_total(ctx, path: str) -> Fact:
     except OSError as exc:
         return missing(ABSENT, f"{path}: {exc.strerror}", "statvfs")
     return ok(st.f_blocks * st.f_frsize, "statvfs", f"{st.f_bavail * st.f_frsize} bytes free")
-
-
-def read_first_line(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.readline().strip()
-    except OSError:
-        return None

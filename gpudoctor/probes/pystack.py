@@ -84,11 +84,9 @@ def _gate(module) -> str:
 
 def probe_options() -> Dict[str, Any]:
     """What the stdlib collectors should look for in vLLM: the known-fix markers and merge
-    commits of rules/advisories.py (the one place that knowledge lives)."""
-    try:
-        from gpudoctor_rules import advisories
-    except ImportError:  # a broken install: collect the rest
-        return {}
+    commits of gpudoctor/knowledge/advisories.py (the one place that knowledge lives)."""
+    from gpudoctor.knowledge import advisories
+
     return advisories.probe_options()
 
 

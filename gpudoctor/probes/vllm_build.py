@@ -13,7 +13,7 @@ Facts:
   branch or detached HEAD, commit, remote and upstream, worktrees (``.git`` as a file), and
   whether tracked files differ from the index (the index is parsed; a file whose size or
   mtime differs is hashed as git does).
-- ``vllm.code_markers``: for each change the caller asks about (rules/advisories.py gives
+- ``vllm.code_markers``: for each change the caller asks about (gpudoctor/knowledge/advisories.py gives
   them): whether the installed source carries it ("fixed"), the old code ("unfixed"), or
   neither ("unknown").
 - ``vllm.fix_commits``: for an editable checkout, whether each merge commit the caller
@@ -695,15 +695,6 @@ def env_vars(vllm_dir: str, environ: Dict[str, str]) -> Optional[Dict[str, Any]]
 
 
 # --- everything ------------------------------------------------------------------------------------
-def _package_dir(paths: List[str], editable: Dict[str, str]) -> Optional[str]:
-    for location in paths:
-        candidate = os.path.join(location, "vllm")
-        if os.path.isdir(candidate):
-            return candidate
-    target = editable.get("vllm")
-    return target if target and os.path.isdir(target) else None
-
-
 def _checkout_root(origin: Dict[str, Any], vllm_dir: Optional[str]) -> Optional[str]:
     candidates = []
     local = file_url_path(origin.get("url") or "") if origin.get("origin") in ("editable", "local") else None
@@ -744,7 +735,7 @@ def collect_plain(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     meta_dir = os.path.join(dist.get("location") or "", dist.get("meta") or "")
     origin = read_direct_url(meta_dir)
     installer = (_read(os.path.join(meta_dir, "INSTALLER"), 256) or "").strip() or None
-    vllm_dir = _package_dir(ctx.get("paths") or [], ctx.get("editable") or {})
+    vllm_dir = _pyenv.package_dir("vllm", ctx.get("paths") or [], ctx.get("editable") or {})
     build: Dict[str, Any] = {
         "version": dist.get("version"),
         "version_parts": parse_version(dist.get("version")),

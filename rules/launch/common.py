@@ -6,8 +6,7 @@ import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor.rule import NotApplicable
-
-from ..gpu import visible_gpus
+from gpudoctor.visible import visible_gpus
 
 GIB = 1 << 30
 

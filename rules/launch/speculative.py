@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from gpudoctor.knowledge import advisories
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
-from .. import advisories
 from .common import _applies, _args, _command_with, _config, _int, _spec, _vllm_version
 
 SPEC_WITH_AUX_LAYERS = {"dflash", "eagle3", "dspark", "extract_hidden_states"}
@@ -192,7 +192,7 @@ def speculative_target_layers_invalid(snap):
 
 
 def advisories_for(feature: str, snap) -> List[advisories.AdvisoryResult]:
-    """rules/advisories.py's evaluation of ``feature`` for the vLLM the command runs.
+    """gpudoctor/knowledge/advisories.py's evaluation of ``feature`` for the vLLM the command runs.
 
     The launch probe records that vLLM's build and code markers as ``launch.vllm.build`` /
     ``.code_markers`` / ``.fix_commits``; they stand in for the ``vllm.*`` facts of
@@ -217,14 +217,14 @@ def speculative_method_needs_fixes(snap):
     length well below the drafter card's numbers), and sliding-window DFlash drafters need
     PR #46104 (and the V2 model runner for mixed layers). A vLLM development branch or an old
     wheel may lack them. The advisories (which PR, how to recognise it in the source) and
-    their evaluation live in rules/advisories.py; this rule asks it about the launch's
+    their evaluation live in gpudoctor/knowledge/advisories.py; this rule asks it about the launch's
     method, for the vLLM the command runs.
 
     ## Fix
     Install a vLLM release that includes the fixes listed, or apply them to the branch.
 
     ## References
-    - research/facts.md §4.4 (PR #40727, #40898 → #46104, #47914, #48113); rules/advisories.py.
+    - research/facts.md §4.4 (PR #40727, #40898 → #46104, #47914, #48113); gpudoctor/knowledge/advisories.py.
     """
     skip = _applies(snap)
     if skip:

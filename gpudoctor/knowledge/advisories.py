@@ -2,7 +2,7 @@
 
 This module is data plus a small evaluator; rules and the launch-command checks use it:
 
-    from gpudoctor_rules.advisories import advisories_for
+    from gpudoctor.knowledge.advisories import advisories_for
     for result in advisories_for("dflash", snapshot):   # a Snapshot, or {fact path: value}
         result.status   # "fixed" | "missing" | "unknown" | "not_applicable"
         result.reason   # one sentence, with the evidence it rests on
@@ -314,7 +314,3 @@ def advisories_for(feature: str, vllm_facts: Any, advisories: Sequence[Advisory]
     key = re.sub(r"[-_ ]+", "-", str(feature or "").strip().lower())
     return [evaluate(adv, vllm_facts) for adv in advisories
             if key == adv.feature or key in adv.aliases]
-
-
-def features() -> List[str]:
-    return sorted({adv.feature for adv in ADVISORIES})

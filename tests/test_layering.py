@@ -1,0 +1,161 @@
+"""The layering ARCHITECTURE.md states, checked on the source of every package.
+
+probes → snapshot → rules → findings → renderers: arrows only go that way. Every module of
+gpudoctor/ and of rules/ (under its installed name ``gpudoctor_rules``, relative imports
+resolved) is scanned for every import, function-local ones and importlib's included.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+
+from test_registry import REPO, imports
+
+MAX_LINES = 800
+# Modules over MAX_LINES that other work owns today; this list may only shrink.
+OVER_SIZE = {"gpudoctor/smoke/probe.py", "gpudoctor/launch/vllm_args.py"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[0] == "rules":
+        parts[0] = "gpudoctor_rules"
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+FILES = sorted(p for folder in ("gpudoctor", "rules") for p in (REPO / folder).rglob("*.py") if "__pycache__" not in p.parts)
+MODULES: Dict[str, Path] = {module_name(p): p for p in FILES}
+
+
+def _resolve(name: str) -> str:
+    """The module of ours an imported name lands in ("" for anything else)."""
+    parts = name.split(".")
+    while parts and ".".join(parts) not in MODULES:
+        parts.pop()
+    return ".".join(parts)
+
+
+def graph() -> Dict[str, Set[str]]:
+    """module → modules of ours it imports. A module importing its own ancestor package is left
+    out: Python imports the parent package before any submodule anyway, so it is no extra arrow."""
+    out: Dict[str, Set[str]] = {}
+    for name, path in MODULES.items():
+        targets = {_resolve(n) for n in imports(path)} - {"", name}
+        out[name] = {t for t in targets if not name.startswith(t + ".")}
+    return out
+
+
+GRAPH = graph()
+
+
+def under(name: str, *packages: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+# (layer, what it must never import, why)
+RULES_OF_THE_LAYERS = [
+    ("gpudoctor.probes", ("gpudoctor_rules", "gpudoctor.render", "gpudoctor.commands", "gpudoctor.engine", "gpudoctor.registry",
+                          "gpudoctor.report", "gpudoctor.cli"),
+     "probes record facts; judging them is the rules' job, showing them the renderers'"),
+    ("gpudoctor_rules", ("gpudoctor.probes", "gpudoctor.commands", "gpudoctor.render", "gpudoctor.launch", "gpudoctor.smoke",
+                         "gpudoctor.engine", "gpudoctor.registry", "gpudoctor.report", "gpudoctor.cli"),
+     "rules are pure functions of the snapshot"),
+    ("gpudoctor.knowledge", tuple(sorted({m for m in MODULES if not under(m, "gpudoctor.knowledge")} - {"gpudoctor"})),
+     "knowledge is data both probes and rules read: it depends on neither"),
+    ("gpudoctor.render", ("gpudoctor.probes", "gpudoctor.commands", "gpudoctor_rules", "gpudoctor.cli"),
+     "renderers draw findings; they never probe or run commands"),
+    ("gpudoctor.snapshot", tuple(sorted(set(MODULES) - {"gpudoctor", "gpudoctor.snapshot"})), "the snapshot is the seam: it depends on nothing"),
+    ("gpudoctor.rule", tuple(sorted(set(MODULES) - {"gpudoctor", "gpudoctor.rule", "gpudoctor.snapshot"})),
+     "the rule contract depends only on the snapshot"),
+    ("gpudoctor.engine", tuple(sorted(set(MODULES) - {"gpudoctor", "gpudoctor.engine", "gpudoctor.rule", "gpudoctor.snapshot",
+                                                       "gpudoctor.gates"})),
+     "the engine runs rules on a snapshot and nothing else"),
+]
+
+
+@pytest.mark.parametrize("layer, forbidden, why", RULES_OF_THE_LAYERS, ids=[r[0] for r in RULES_OF_THE_LAYERS])
+def test_no_arrow_goes_up_the_layers(layer, forbidden, why):
+    bad = sorted((m, t) for m, targets in GRAPH.items() if under(m, layer) for t in targets if under(t, *forbidden))
+    assert not bad, f"{layer}: {why}; but {bad}"
+
+
+def test_only_the_cli_imports_the_commands():
+    bad = sorted((m, t) for m, targets in GRAPH.items() if not under(m, "gpudoctor.commands", "gpudoctor.cli")
+                 for t in targets if under(t, "gpudoctor.commands"))
+    assert not bad, bad
+
+
+def test_the_repo_folder_name_rules_is_never_imported():
+    """rules/ installs as gpudoctor_rules only (a top-level "rules" is another PyPI package)."""
+    bad = sorted((name, n) for name, path in MODULES.items() for n in imports(path) if n == "rules" or n.startswith("rules."))
+    assert not bad, bad
+
+
+def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[List[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_there_are_no_import_circles():
+    assert cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_scan_covers_every_package():
+    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    assert {"gpudoctor", "gpudoctor.probes", "gpudoctor.render", "gpudoctor.commands", "gpudoctor.knowledge",
+            "gpudoctor_rules", "gpudoctor_rules.launch"} <= packages
+    assert "gpudoctor_rules.launch.memory" in GRAPH and "gpudoctor_rules.launch.common" in GRAPH["gpudoctor_rules.launch.memory"]
+
+
+def test_no_module_is_over_800_lines():
+    sizes = {str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines()) for p in FILES}
+    over = {path for path, lines in sizes.items() if lines > MAX_LINES}
+    assert over <= OVER_SIZE, f"modules over {MAX_LINES} lines: {sorted(over - OVER_SIZE)} (split by concern)"
+    assert not OVER_SIZE - set(sizes) and OVER_SIZE <= over, f"shrink OVER_SIZE: {sorted(OVER_SIZE - over)}"
