@@ -203,6 +203,7 @@ class Case:
     subject: str = ""
     commands: Sequence[str] = ()  # substrings that some fix command must contain
     findings: int = 1
+    has_fix: bool = True  # False only for a rule whose findings carry no fix (GD001)
 
 
 def h200(*edits: Edit) -> Callable[[Path], Dict[str, Any]]:
@@ -234,7 +235,7 @@ def check(case: Case, tmp_path: Path) -> None:
         return
     assert len(outcome.findings) == case.findings, [f.message for f in outcome.findings]
     finding = outcome.findings[0]
-    assert finding.severity == case.severity
+    assert finding.severity == case.severity, finding.severity
     assert finding.rule_id == case.rule
     for part in case.message:
         assert part in finding.message, finding.message
@@ -243,7 +244,10 @@ def check(case: Case, tmp_path: Path) -> None:
         assert path in cited, cited
     for item in finding.evidence:  # evidence names facts that are really in the snapshot (or labelled values)
         assert item.path.startswith("env.") or item.status in ("ok", "absent", "error", "not_supported", "no_permission", "timeout")
-    assert finding.subject == case.subject
+    assert finding.subject == case.subject, finding.subject
+    if not case.has_fix:
+        assert finding.fix is None
+        return
     assert finding.fix is not None and finding.fix.summary
     assert finding.fix.commands, "a finding must come with commands to run"
     for part in case.commands:
