@@ -1,0 +1,81 @@
+"""GD501-GD507 Python environment rules: pass, fail and not-applicable cases.
+
+The H200 snapshot with the Python facts of a site-packages built under tmp_path (real
+dist-info folders, the H200's compiled .so files) and collected by the real probe
+(probes/pyenv.py); tests/test_pystack_rules.py has the detailed assertions.
+"""
+
+from __future__ import annotations
+
+import os
+
+from gpudoctor.snapshot import Fact
+
+from cases import Case
+from test_pystack_env import FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages
+from test_pystack_rules import snapshot_of
+
+CPU_TORCH = TORCH_VERSION_PY.replace("'13.0'", "None").replace("+cu130", "+cpu")
+UNANSWERED = Fact(None, "timeout", "--python /venv/bin/python", "/venv/bin/python did not answer within 8 s")
+
+
+def site(*installs, record="stack", **facts):
+    def build(tmp):
+        packages = SitePackages(tmp / "site-packages")
+        for install in installs:
+            install(packages)
+        return snapshot_of(packages, record, **facts)
+    return build
+
+
+def torch(**kw):
+    return lambda s: s.torch(**kw)
+
+
+def dist(name, version, **kw):
+    return lambda s: s.dist(name, version, **kw)
+
+
+def stale_torch_dist_info(s):
+    os.utime(s.dist("torch", "2.9.0"), (1_000_000_000, 1_000_000_000))
+
+
+def fa2_without_its_extension(s):
+    s.dist("flash-attn", "2.8.3", files={FA2_SO: SM86, "flash_attn/__init__.py": "", "flash_attn/ops/__init__.py": ""})
+    (s.path / FA2_SO).unlink()
+
+
+CASES = [
+    # GD501 torch-without-cuda
+    Case("cu130-torch", "GD501", site(torch()), "pass"),
+    Case("cpu-torch-on-the-h200", "GD501", site(torch(version_py=CPU_TORCH, lib=None)), "fail", "error",
+         ("torch 2.11.0+cpu is a CPU-only build",), commands=("--index-url https://download.pytorch.org/whl/cu130",)),
+    Case("no-gpu", "GD501", site(torch(version_py=CPU_TORCH, lib=None), gpu__count=0), "not_applicable"),
+    # GD502 torch-arch-list-misses-gpu
+    Case("sm90-cubin-for-the-h200", "GD502", site(torch(lib=SM80_SM90_PTX90)), "pass"),
+    Case("sm86-only-torch-on-the-h200", "GD502", site(torch(lib=SM86)), "fail", "error", ("has GPU code for sm_86", "is sm_90"),
+         subject="GPU 0"),
+    # GD503 requirement-not-satisfied
+    Case("markers-not-for-linux", "GD503",
+         site(torch(), dist("vllm", "0.20.0", requires=['pywin32; sys_platform == "win32"', "torch==2.11.0"])), "pass"),
+    Case("vllm-needs-xgrammar", "GD503", site(torch(), dist("vllm", "0.20.0", requires=["torch==2.11.0", "xgrammar==0.1.21"])),
+         "fail", "warning", ("vllm 0.20.0 requires xgrammar==0.1.21 (not installed)",), subject="vllm"),
+    # GD504 duplicate-distribution
+    Case("one-torch", "GD504", site(torch()), "pass"),
+    Case("stale-torch-dist-info-beside-the-real-one", "GD504", site(torch(), stale_torch_dist_info), "fail", "error",
+         ("torch is installed 2 times",), subject="torch"),
+    # GD505 distribution-files-missing
+    Case("complete-install", "GD505", site(dist("flash-attn", "2.8.3", files={FA2_SO: SM86})), "pass"),
+    Case("flash-attn-extension-deleted", "GD505", site(fa2_without_its_extension), "fail", "error",
+         ("1 of the 2 files checked against its RECORD are missing",), subject="flash-attn"),
+    # GD506 distribution-metadata-unreadable
+    Case("clean-metadata", "GD506", site(), "pass"),
+    Case("latin-1-metadata", "GD506",
+         site(dist("brokenpkg", "1.0", metadata=b"Metadata-Version: 2.1\nName: brokenpkg\nVersion: 1.0\nSummary: caf\xe9\n\n"),
+              record="stack-full"), "fail", "warning", ("METADATA is not UTF-8",), subject="brokenpkg-1.0.dist-info"),
+    # GD507 python-environment-unreadable
+    Case("no-python-option", "GD507", site(), "not_applicable"),
+    Case("python-answered", "GD507", site(python__requested="/venv/bin/python"), "pass"),
+    Case("python-did-not-answer", "GD507", site(python__requested="/venv/bin/python", python__executable=UNANSWERED), "fail",
+         "error", ("cannot inspect /venv/bin/python: /venv/bin/python did not answer within 8 s",)),
+]
