@@ -6,13 +6,12 @@ toolkit facts come from running the real CUDA probe on toolkit trees built in tm
 Every rule has a failing and a passing case, so removing the rule fails its test.
 """
 
-import itertools
 import os
 from pathlib import Path
 
 import pytest
 
-from gpudoctor.gpu_table import KNOWN_CCS, kernel_support
+from gpudoctor.gpu_table import kernel_support
 from gpudoctor.probes import Context, cuda, fatbin
 from gpudoctor.snapshot import Fact, Snapshot, missing, ok
 from helpers import outcome
@@ -43,24 +42,7 @@ def binary(scan_name, path=FA2, dist="flash-attn", package="flash_attn_2_cuda"):
     return {"path": path, "dist": dist, "package": package, "scan": SCANS[scan_name], "elapsed_s": 0.001}
 
 
-# --- the compatibility table agrees with the fatbin reader -----------------------------------
-ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_120", "sm_121a"]
-PTX = ["compute_75", "compute_90", "compute_90a", "compute_100f", "compute_120"]
-
-
-@pytest.mark.parametrize("cc", KNOWN_CCS)
-def test_kernel_support_agrees_with_the_fatbin_reader(cc):
-    """Rules may not import probes, so gpu_table has its own copy of runs_on: they must agree."""
-    major, minor = (int(p) for p in cc.split("."))
-    combos = [list(c) for n in (0, 1, 2) for c in itertools.combinations(ARCHS, n)]
-    for sm in combos:
-        for ptx in ([], ["compute_90"], ["compute_90a"], ["compute_100f"], ["compute_75", "compute_120"]):
-            scan = fatbin.FatbinScan(sm_variants=sm, ptx_variants=ptx,
-                                     sm=sorted({int(a[3:].rstrip("af")) for a in sm}),
-                                     ptx=sorted({int(p[8:].rstrip("af")) for p in ptx}))
-            assert kernel_support(sm, ptx, cc).runs == fatbin.runs_on(scan, (major, minor))[0], (cc, sm, ptx)
-
-
+# --- which code runs where (one implementation: gpu_table.kernel_support) ----------------------
 def test_kernel_support_on_the_real_fixtures():
     real = SCANS["sm80_sm90_ptx90"]
     assert kernel_support(real["sm_variants"], real["ptx_variants"], "8.6").how == "sm_80 cubin"

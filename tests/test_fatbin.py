@@ -31,7 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudoctor.probes import fatbin
-from gpudoctor.probes.fatbin import FatbinScan, runs_on, scan
+from gpudoctor.gpu_table import kernel_support
+from gpudoctor.probes.fatbin import FatbinScan, scan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = FIXTURES / "ground_truth" / "h200"
@@ -335,46 +336,48 @@ def test_variant_bits_are_not_in_the_cubin_e_flags():
     assert set(seen) == {False, True} and seen[False] == seen[True]
 
 
-# --- runs_on --------------------------------------------------------------------------------
+# --- which code runs where: gpu_table.kernel_support on what the reader found ------------------
+def runs_on(result, cc):
+    support = kernel_support(result.sm_variants or result.sm, result.ptx_variants or result.ptx, f"{cc[0]}.{cc[1]}")
+    return support.runs, support.how
+
+
+JIT = " (JIT-compiled by the driver)"
+
 
 @pytest.mark.parametrize("cc, ok, how", [
-    ((8, 0), True, "sass sm_80"),
-    ((8, 6), True, "sass sm_80"),
-    ((8, 9), True, "sass sm_80"),
-    ((9, 0), True, "sass sm_90"),
-    ((10, 0), True, "ptx compute_90 (JIT)"),
-    ((12, 0), True, "ptx compute_90 (JIT)"),
-    ((7, 5), False, None),
+    ((8, 0), True, "sm_80 cubin"),
+    ((8, 6), True, "sm_80 cubin"),
+    ((8, 9), True, "sm_80 cubin"),
+    ((9, 0), True, "sm_90 cubin"),
+    ((10, 0), True, "PTX compute_90" + JIT),
+    ((12, 0), True, "PTX compute_90" + JIT),
+    ((7, 5), False, "no cubin for this major and no PTX at or below it"),
 ])
 def test_runs_on_sm80_sm90_ptx90(cc, ok, how):
-    got_ok, got_how = runs_on(scan(str(PTX90)), cc)
-    assert got_ok is ok
-    if how:
-        assert got_how == how
-    else:
-        assert "no kernel image for 7.5" in got_how and "sm_80, sm_90, compute_90" in got_how
+    assert runs_on(scan(str(PTX90)), cc) == (ok, how)
 
 
 @pytest.mark.parametrize("cc, ok", [((8, 6), True), ((8, 9), True), ((8, 0), False), ((9, 0), False), ((12, 0), False)])
 def test_runs_on_sm86_only(cc, ok):
     got_ok, how = runs_on(scan(str(SM86)), cc)
     assert got_ok is ok
-    assert how == "sass sm_86" if ok else "no PTX" in how
+    assert how == "sm_86 cubin" if ok else "no PTX" in how
 
 
 @pytest.mark.parametrize("path, cc, ok, how", [
-    ("libvariants.so", (9, 0), True, "sass sm_90"),
-    ("libvariants.so", (10, 0), True, "sass sm_100a"),
-    ("libvariants.so", (10, 3), True, "sass sm_103a"),
-    ("libvariants.so", (12, 1), True, "sass sm_121a"),
-    ("libvariants.so", (11, 0), True, "ptx compute_90 (JIT)"),  # compute_103a is 10.3-only
+    ("libvariants.so", (9, 0), True, "sm_90 cubin"),
+    ("libvariants.so", (10, 0), True, "sm_100a cubin"),
+    ("libvariants.so", (10, 3), True, "sm_103a cubin"),
+    ("libvariants.so", (12, 1), True, "sm_121a cubin"),
+    ("libvariants.so", (11, 0), True, "PTX compute_90" + JIT),  # compute_103a is 10.3-only
     ("libvariants.so", (8, 9), False, None),
-    ("libfamily.so", (10, 3), True, "sass sm_100"),
-    ("libfamily.so", (12, 1), True, "sass sm_120"),
-    ("libfamily.so", (8, 6), True, "sass sm_80"),
+    ("libfamily.so", (10, 3), True, "sm_100 cubin"),
+    ("libfamily.so", (12, 1), True, "sm_120 cubin"),
+    ("libfamily.so", (8, 6), True, "sm_80 cubin"),
     ("libfamily.so", (11, 0), False, None),  # 'f' PTX stays inside its family
-    ("liblz4.so", (9, 0), True, "sass sm_90a"),
-    ("liblz4.so", (10, 0), True, "ptx compute_80 (JIT)"),  # sm_90a runs on 9.0 only
+    ("liblz4.so", (9, 0), True, "sm_90a cubin"),
+    ("liblz4.so", (10, 0), True, "PTX compute_80" + JIT),  # sm_90a runs on 9.0 only
 ])
 def test_runs_on_arch_specific_and_family_code(path, cc, ok, how):
     got_ok, got_how = runs_on(scan(str(LOCAL / path)), cc)
@@ -383,29 +386,26 @@ def test_runs_on_arch_specific_and_family_code(path, cc, ok, how):
 
 def test_runs_on_replayed_and_synthetic_scans():
     only_a = FatbinScan(sm=[90], sm_variants=["sm_90a"], ptx=[90], ptx_variants=["compute_90a"])
-    assert runs_on(only_a, (9, 0)) == (True, "sass sm_90a")
-    ok, how = runs_on(only_a, (10, 0))
-    assert not ok and "sm_90a" in how and "compute_90a" in how
+    assert runs_on(only_a, (9, 0)) == (True, "sm_90a cubin")
+    assert runs_on(only_a, (10, 0))[0] is False
     family_ptx = FatbinScan(ptx=[100], ptx_variants=["compute_100f"])
-    assert runs_on(family_ptx, (10, 3)) == (True, "ptx compute_100f (JIT)")
+    assert runs_on(family_ptx, (10, 3)) == (True, "PTX compute_100" + JIT)
     assert runs_on(family_ptx, (12, 0))[0] is False
     plain = FatbinScan(sm=[75, 80])  # a replay that kept only the arch list
-    assert runs_on(plain, (8, 6)) == (True, "sass sm_80")
+    assert runs_on(plain, (8, 6)) == (True, "sm_80 cubin")
     replay = FatbinScan.from_json(scan(str(PTX90)).to_json())
-    assert runs_on(replay, (10, 0)) == (True, "ptx compute_90 (JIT)")
+    assert runs_on(replay, (10, 0)) == (True, "PTX compute_90" + JIT)
 
 
-@pytest.mark.parametrize("cc", [(9,), ("x", 0), None, (8, 10), (-1, 0), "90"])
-def test_runs_on_rejects_bad_compute_capability(cc):
-    ok, how = runs_on(scan(str(PTX90)), cc)
-    assert ok is False and "invalid compute capability" in how
+@pytest.mark.parametrize("cc", ["9", "x.0", None, "8.10.1", "", "90"])
+def test_kernel_support_rejects_bad_compute_capability(cc):
+    support = kernel_support(["sm_80"], ["compute_90"], cc)
+    assert support.runs is False and "unknown compute capability" in support.how
 
 
 def test_runs_on_without_gpu_code():
-    ok, how = runs_on(scan("/bin/sh" if os.path.exists("/bin/sh") else sys.executable), (9, 0))
-    assert ok is False and "unknown: fatbin scan absent" in how
-    ok, how = runs_on(FatbinScan(status="ok"), (9, 0))
-    assert ok is False and "no GPU code at all" in how
+    assert runs_on(scan("/bin/sh" if os.path.exists("/bin/sh") else sys.executable), (9, 0))[0] is False
+    assert runs_on(FatbinScan(status="ok"), (9, 0))[0] is False
 
 
 # --- JSON -----------------------------------------------------------------------------------
@@ -478,6 +478,7 @@ def test_unreadable_file(tmp_path):
     try:
         work.chmod(0o755)
         shutil.copy(Path(fatbin.__file__), work / "fatbin_probe.py")
+        shutil.copy(Path(fatbin.__file__).with_name("elf.py"), work / "elf.py")  # the ELF reader it uses
         locked = work / "locked.so"
         shutil.copy(PTX90, locked)
         locked.chmod(0)
@@ -788,16 +789,22 @@ def test_mutated_fatbin_in_a_small_elf_never_raises(data):
 
 # --- the module itself ---------------------------------------------------------------------------
 
-def test_module_is_stdlib_only_and_python38_syntax():
-    source = Path(fatbin.__file__).read_text(encoding="utf-8")
-    tree = ast.parse(source, feature_version=(3, 8))
+def _imports(path):
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), feature_version=(3, 8))
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
+            imported |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
-    assert imported <= {"json", "os", "stat", "struct", "sys", "dataclasses", "typing"}, imported
+            imported |= {f"{node.module}.{alias.name}" if node.module == "gpudoctor.probes" else node.module for alias in node.names}
+    return imported
+
+
+def test_module_is_stdlib_only_and_python38_syntax():
+    stdlib = {"json", "os", "stat", "struct", "sys", "dataclasses", "typing", "importlib.util"}
+    # Its one gpudoctor import is the ELF reader, itself stdlib-only (loaded beside it in --python's child).
+    assert _imports(fatbin.__file__) <= stdlib | {"gpudoctor.probes.elf"}, _imports(fatbin.__file__)
+    assert _imports(Path(fatbin.__file__).with_name("elf.py")) <= {"struct", "typing"}
 
 
 def test_module_runs_when_exec_d_without_a_module_object():

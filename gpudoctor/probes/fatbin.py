@@ -46,13 +46,21 @@ NO_PERMISSION = "no_permission"
 NOT_ELF = "not_elf"
 NOT_SUPPORTED = "not_supported"  # an ELF we do not read: big-endian, unknown class
 
-# --- ELF (System V gABI) ------------------------------------------------------------------
-ELF_MAGIC = b"\x7fELF"
-ELFCLASS32, ELFCLASS64 = 1, 2  # e_ident[EI_CLASS] (byte 4)
-ELFDATA2LSB, ELFDATA2MSB = 1, 2  # e_ident[EI_DATA] (byte 5)
-SHT_NOBITS = 8
-SHF_ALLOC = 0x2
-SHN_XINDEX = 0xFFFF
+# --- ELF: the one reader, probes/elf.py (inside --python's child the bootstrap loaded it as
+# "gpudoctor_elf"; gpudoctor itself may not be importable there) -------------------------------
+_elf = sys.modules.get("gpudoctor_elf")
+if _elf is None:
+    try:
+        from gpudoctor.probes import elf as _elf
+    except ImportError:  # run on its own (python fatbin.py FILE...): elf.py lies beside it
+        import importlib.util
+
+        _spec = importlib.util.spec_from_file_location("gpudoctor_elf", os.path.join(os.path.dirname(os.path.abspath(__file__)), "elf.py"))
+        _elf = importlib.util.module_from_spec(_spec)
+        sys.modules["gpudoctor_elf"] = _elf
+        _spec.loader.exec_module(_elf)
+SHT_NOBITS = _elf.SHT_NOBITS
+_Reader = _elf.Reader
 
 # --- fatbin (facts.md 6.1-6.3) ------------------------------------------------------------
 FATBIN_SECTION = b".nv_fatbin"  # facts 6.1: FATBIN_DATA_SECTION_NAME
@@ -92,8 +100,6 @@ MAX_ENTRIES = 1_000_000  # hard stops for adversarial input (libcublasLt has ~5,
 MAX_CONTAINERS = 1_000_000
 MAX_RESYNC_BYTES = 8 << 20  # bytes we may read looking for a container magic after garbage
 RESYNC_CHUNK = 64 << 10
-MAX_SECTION_TABLE = 16 << 20
-MAX_NAME_TABLE = 1 << 20
 MAX_WRAPPER_BYTES = 1 << 20
 MAX_CONCAT_HEADER = 1 << 20
 
@@ -157,120 +163,6 @@ class FatbinScan:
     def fact_status(self) -> str:
         """The status as a snapshot Fact may carry it (no "not_elf" there)."""
         return ERROR if self.status == NOT_ELF else self.status
-
-
-class _Truncated(Exception):
-    """A read came back short: the file ends before a structure it announces."""
-
-
-class _Reader:
-    """Positioned reads on a file object, counting bytes; never reads more than asked."""
-
-    def __init__(self, handle: BinaryIO, size: int) -> None:
-        self.handle = handle
-        self.size = size
-        self.bytes_read = 0
-
-    def read(self, offset: int, length: int) -> bytes:
-        if offset < 0 or length <= 0 or offset >= self.size:
-            return b""
-        length = min(length, self.size - offset)
-        self.handle.seek(offset)
-        data = self.handle.read(length) or b""
-        self.bytes_read += len(data)
-        return data
-
-    def exact(self, offset: int, length: int, what: str) -> bytes:
-        data = self.read(offset, length)
-        if len(data) != length:
-            raise _Truncated(f"file ends inside {what} (needs {length} bytes at {offset:#x}, file is {self.size} bytes)")
-        return data
-
-
-@dataclass
-class _Section:
-    name: bytes
-    type: int
-    flags: int
-    addr: int
-    offset: int
-    size: int
-
-
-class _Elf:
-    """The section table of a little-endian ELF32/ELF64 file (System V gABI layouts)."""
-
-    def __init__(self, reader: _Reader, is64: bool) -> None:
-        self.reader = reader
-        self.is64 = is64
-        self.sections: List[_Section] = []
-        self.loaded: List[_Section] = []  # SHF_ALLOC sections with file data and an address
-
-    def load(self) -> None:
-        r = self.reader
-        if self.is64:
-            # Elf64_Ehdr: e_shoff u64 @0x28, e_shentsize u16 @0x3A, e_shnum @0x3C, e_shstrndx @0x3E
-            head = r.exact(0, 64, "the ELF64 header")
-            (shoff,) = struct.unpack_from("<Q", head, 0x28)
-            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
-            need = 64
-        else:
-            # Elf32_Ehdr: e_shoff u32 @0x20, e_shentsize u16 @0x2E, e_shnum @0x30, e_shstrndx @0x32
-            head = r.exact(0, 52, "the ELF32 header")
-            (shoff,) = struct.unpack_from("<I", head, 0x20)
-            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x2E)
-            need = 40
-        if shoff == 0:
-            raise ValueError("no section header table (cannot locate .nv_fatbin)")
-        if shentsize < need:
-            raise ValueError(f"section header entries of {shentsize} bytes (expected {need})")
-        if shnum == 0 or shstrndx == SHN_XINDEX:
-            # gABI extended numbering: the real values live in section 0's sh_size / sh_link.
-            zero = r.exact(shoff, need, "section header 0")
-            shnum = shnum or self._parse(zero).size
-            if shstrndx == SHN_XINDEX:
-                shstrndx = self._link(zero)
-        if shnum * shentsize > MAX_SECTION_TABLE:
-            raise ValueError(f"implausible section header table ({shnum} entries)")
-        table = r.exact(shoff, shnum * shentsize, "the section header table")
-        raw = [table[i * shentsize:i * shentsize + need] for i in range(shnum)]
-        sections = [self._parse(entry) for entry in raw]
-        if not 0 <= shstrndx < shnum:
-            raise ValueError(f"section name table index {shstrndx} out of range ({shnum} sections)")
-        strtab = sections[shstrndx]
-        names = r.exact(strtab.offset, min(strtab.size, MAX_NAME_TABLE), "the section name table")
-        for entry, section in zip(raw, sections):
-            (name_off,) = struct.unpack_from("<I", entry, 0)  # sh_name @0 (both classes)
-            end = names.find(b"\0", name_off)
-            section.name = names[name_off:end] if 0 <= name_off < len(names) and end >= 0 else b""
-        self.sections = sections
-        self.loaded = [s for s in sections if s.flags & SHF_ALLOC and s.type != SHT_NOBITS and s.addr]
-
-    def _parse(self, entry: bytes) -> _Section:
-        if self.is64:
-            # Elf64_Shdr: sh_type u32 @4, sh_flags u64 @8, sh_addr @0x10, sh_offset @0x18, sh_size @0x20
-            sh_type, sh_flags, addr, offset, size = struct.unpack_from("<IQQQQ", entry, 4)
-        else:
-            # Elf32_Shdr: sh_type u32 @4, sh_flags u32 @8, sh_addr @0xC, sh_offset @0x10, sh_size @0x14
-            sh_type, sh_flags, addr, offset, size = struct.unpack_from("<IIIII", entry, 4)
-        return _Section(b"", sh_type, sh_flags, addr, offset, size)
-
-    def _link(self, entry: bytes) -> int:
-        # sh_link: u32 @0x28 (ELF64) / @0x18 (ELF32)
-        return struct.unpack_from("<I", entry, 0x28 if self.is64 else 0x18)[0]
-
-    def find(self, name: bytes) -> Optional[_Section]:
-        for section in self.sections:
-            if section.name == name:
-                return section
-        return None
-
-    def file_offset(self, vaddr: int) -> Optional[int]:
-        """Where the loaded address ``vaddr`` comes from in the file, via SHF_ALLOC sections."""
-        for s in self.loaded:
-            if s.addr <= vaddr < s.addr + s.size:
-                return s.offset + (vaddr - s.addr)
-        return None
 
 
 class _Collector:
@@ -509,8 +401,7 @@ def _scan(path: str, opener: Callable[[str], BinaryIO]) -> FatbinScan:
         return _fail(ERROR, f"{path}: {exc.strerror or exc}")
     try:
         try:
-            size = handle.seek(0, 2)
-            reader = _Reader(handle, size)
+            reader = _Reader(handle)
             result = _scan_open(reader)
             result.bytes_read = reader.bytes_read
             return result
@@ -526,27 +417,17 @@ def _scan(path: str, opener: Callable[[str], BinaryIO]) -> FatbinScan:
 
 
 def _scan_open(r: _Reader) -> FatbinScan:
-    ident = r.read(0, 16)
-    if not ident:
-        return _fail(NOT_ELF, "empty file")
-    if ident[:4] != ELF_MAGIC:
-        return _fail(NOT_ELF, "not an ELF file")
-    if len(ident) < 16:
-        return _fail(ERROR, "truncated ELF header")
-    ei_class, ei_data = ident[4], ident[5]
-    if ei_data == ELFDATA2MSB:
-        return _fail(NOT_SUPPORTED, "big-endian ELF is not supported (NVIDIA fatbins are little-endian)")
-    if ei_data != ELFDATA2LSB:
-        return _fail(ERROR, f"unknown ELF data encoding {ei_data}")
-    if ei_class not in (ELFCLASS32, ELFCLASS64):
-        return _fail(ERROR, f"unknown ELF class {ei_class}")
-    elf = _Elf(r, ei_class == ELFCLASS64)
     try:
-        elf.load()
-    except _Truncated as exc:
+        elf = _elf.Elf(r)
+    except _elf.NotElf as exc:
+        return _fail(NOT_ELF, str(exc))
+    except _elf.Unsupported as exc:
+        return _fail(NOT_SUPPORTED, str(exc))
+    except _elf.Truncated as exc:
         return _fail(ERROR, f"truncated ELF: {exc}")
-    except (ValueError, struct.error) as exc:
-        return _fail(ERROR, f"malformed ELF: {exc}")
+    except _elf.ElfError as exc:
+        text = str(exc)
+        return _fail(ERROR, text if text.startswith(("truncated ELF", "unknown ELF", "malformed ELF")) else f"malformed ELF: {text}")
 
     fatbin = elf.find(FATBIN_SECTION)
     relfatbin = elf.find(RELFATBIN_SECTION)
@@ -578,7 +459,7 @@ def _scan_open(r: _Reader) -> FatbinScan:
     return _result(sink, sections, relocatable)
 
 
-def _walk_section(r: _Reader, walker: _Walker, section: _Section, sink: _Collector) -> None:
+def _walk_section(r: _Reader, walker: _Walker, section, sink: _Collector) -> None:
     where = section.name.decode("ascii", "replace")
     if section.type == SHT_NOBITS:
         sink.errors.append(f"{where} has no data in this file (SHT_NOBITS: a stripped or debug-only file?)")
@@ -590,7 +471,7 @@ def _walk_section(r: _Reader, walker: _Walker, section: _Section, sink: _Collect
     walker.walk_region(section.offset, end, where)
 
 
-def _walk_wrappers(r: _Reader, elf: _Elf, walker: _Walker, section: _Section,
+def _walk_wrappers(r: _Reader, elf, walker: _Walker, section,
                    covered: List[Tuple[int, int]], sink: _Collector, sections: List[str]) -> None:
     """Containers that wrapper records point at outside the sections already read (facts 6.1).
 
@@ -667,78 +548,8 @@ def _result(c: _Collector, sections: List[str], relocatable: int) -> FatbinScan:
     return scan
 
 
-# --- compatibility (facts.md 2.1 "Binary compatibility", 6.4 step 4) -------------------------
-
-def _split(name: str, prefix: str) -> Optional[Tuple[int, str]]:
-    if not name.startswith(prefix):
-        return None
-    body = name[len(prefix):]
-    suffix = body[-1] if body[-1:] in ("a", "f") else ""
-    digits = body[:-1] if suffix else body
-    return (int(digits), suffix) if digits.isdigit() else None
-
-
-def _cc(arch: int) -> Tuple[int, int]:
-    return arch // 10, arch % 10  # 86 -> (8, 6), 100 -> (10, 0), 121 -> (12, 1)
-
-
-def runs_on(scan: FatbinScan, cc: Tuple[int, int]) -> Tuple[bool, str]:
-    """Can this binary run on a GPU of compute capability ``cc``? Returns (ok, how).
-
-    facts.md 2.1: a cubin for sm_XY runs on the same major with minor >= Y (sm_80 on 8.6, not
-    on 9.0); an arch-specific 'a' cubin only on that exact cc; PTX JIT-compiles for any cc at
-    or above its arch ('a' PTX: that exact cc; 'f' PTX: members of its family, same major with
-    minor >= its own). Whether the driver's JIT accepts the PTX ISA (``ptx_isa``) is a driver
-    question this function does not answer.
-    """
-    if (not isinstance(cc, (tuple, list)) or len(cc) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in cc)
-            or cc[0] < 0 or not 0 <= cc[1] <= 9):
-        return False, f"invalid compute capability {cc!r} (expected (major, minor), e.g. (8, 6))"
-    major, minor = cc[0], cc[1]
-    want = (major, minor)
-    name = f"{major}.{minor}"
-    if not isinstance(scan, FatbinScan):
-        return False, "no fatbin scan"
-
-    sass = [v for v in (_split(n, "sm_") for n in scan.sm_variants) if v]
-    if not sass:  # a scan replayed without variants: plain names from the arch list
-        sass = [(a, "") for a in scan.sm if isinstance(a, int)]
-    ptx = [v for v in (_split(n, "compute_") for n in scan.ptx_variants) if v]
-    if not ptx:
-        ptx = [(a, "") for a in scan.ptx if isinstance(a, int)]
-
-    def sass_ok(arch: int, suffix: str) -> bool:
-        if suffix == "a":
-            return _cc(arch) == want
-        return _cc(arch)[0] == major and _cc(arch)[1] <= minor
-
-    def ptx_ok(arch: int, suffix: str) -> bool:
-        if suffix == "a":
-            return _cc(arch) == want
-        if suffix == "f":
-            return _cc(arch)[0] == major and _cc(arch)[1] <= minor
-        return _cc(arch) <= want
-
-    good = [(a, s) for a, s in sass if sass_ok(a, s)]
-    if good:
-        # Highest arch; at the same arch prefer the plain cubin's name (it also runs here).
-        arch, suffix = max(good, key=lambda v: (v[0], v[1] != "a"))
-        return True, f"sass sm_{arch}{suffix}"
-    good = [(a, s) for a, s in ptx if ptx_ok(a, s)]
-    if good:
-        arch, suffix = max(good, key=lambda v: (v[0], v[1] == ""))
-        return True, f"ptx compute_{arch}{suffix} (JIT)"
-
-    if scan.status != OK and not sass and not ptx:
-        return False, f"unknown: fatbin scan {scan.status}" + (f" ({scan.detail})" if scan.detail else "")
-    have = [f"sm_{a}{s if s == 'a' else ''}" for a, s in sorted(set(sass))]
-    have += [f"compute_{a}{s}" for a, s in sorted(set(ptx))]
-    reason = f"no kernel image for {name}: no sm_{major}{minor}-compatible SASS and no PTX at or below compute_{major}{minor}"
-    reason += f" (has {', '.join(have)})" if have else " (no GPU code at all)"
-    if scan.status != OK:
-        reason += f"; scan incomplete: {scan.status}"
-    return False, reason
+# Which code runs on which GPU (the 'a'/'f' family rules, PTX JIT) is decided in one place,
+# gpudoctor.gpu_table.kernel_support, from the sm_variants / ptx_variants read here.
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -159,34 +159,22 @@ def _top_names(paths: Iterable[str]) -> List[str]:
 
 # --- ELF (64-bit little-endian; headers and the dynamic sections only) ---------------------
 def elf_sections(path: str, names: Tuple[bytes, ...], limit: int = MAX_DYN) -> Dict[bytes, bytes]:
-    """The named sections of an ELF file (absent ones left out); ValueError for non-ELF files."""
-    out: Dict[bytes, bytes] = {}
-    with open(path, "rb") as handle:
-        header = handle.read(64)
-        if len(header) < 64 or header[:4] != b"\x7fELF":
-            raise ValueError("not an ELF file")
-        if header[4] != 2 or header[5] != 1:
+    """The named sections of an ELF file (absent and SHT_NOBITS ones left out); ValueError for non-ELF files.
+
+    The one ELF reader, probes/elf.py (pyenv.elf_module finds it in either process). The
+    .dynamic/.dynsym parsing below is for ELF64 layouts, so 32-bit files are refused here."""
+    handle, elf = _pyenv.elf_module().open_elf(path)
+    try:
+        if not elf.is64:
             raise ValueError("not a 64-bit little-endian ELF file")
-        shoff = struct.unpack_from("<Q", header, 0x28)[0]
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", header, 0x3A)
-        if shentsize < 64 or not 0 < shnum < 65536 or shstrndx >= shnum:
-            raise ValueError("bad ELF section table")
-        handle.seek(shoff)
-        table = handle.read(shentsize * shnum)
-        if len(table) < shentsize * shnum:
-            raise ValueError("truncated ELF section table")
-        sections = [struct.unpack_from("<IIQQQQ", table, i * shentsize) for i in range(shnum)]
-        handle.seek(sections[shstrndx][4])
-        strtab = handle.read(min(sections[shstrndx][5], 1 << 20))
-        for sh_name, sh_type, _flags, _addr, offset, size in sections:
-            end = strtab.find(b"\0", sh_name)
-            name = strtab[sh_name:end if end >= 0 else None]
-            if name in names and name not in out and sh_type != 8:  # SHT_NOBITS has no bytes
-                if size > limit:
-                    raise ValueError(f"{name.decode()} is {size} bytes")
-                handle.seek(offset)
-                out[name] = handle.read(size)
-    return out
+        out: Dict[bytes, bytes] = {}
+        for name in names:
+            data = elf.data(name, limit)
+            if data is not None and name not in out:
+                out[name] = data
+        return out
+    finally:
+        handle.close()
 
 
 def _cstr(table: bytes, offset: int) -> bytes:

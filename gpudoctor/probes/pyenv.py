@@ -28,7 +28,6 @@ import errno
 import os
 import platform
 import re
-import struct
 import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
@@ -146,35 +145,27 @@ def torch_abi(torch_dir: str) -> Dict[str, Any]:
     return fact(None, "error", lib, "libc10.so exports no c10 symbols")
 
 
+def elf_module():
+    """probes/elf.py, the one ELF reader: the bootstrap's copy inside --python's child, else the package's,
+    else the file beside this one (this file run on its own)."""
+    module = sys.modules.get("gpudoctor_elf")
+    if module is not None:
+        return module
+    try:
+        from gpudoctor.probes import elf as module
+    except ImportError:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("gpudoctor_elf", os.path.join(os.path.dirname(os.path.abspath(__file__)), "elf.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gpudoctor_elf"] = module
+        spec.loader.exec_module(module)
+    return module
+
+
 def elf_section(path: str, name: str, limit: int) -> Optional[bytes]:
-    """The bytes of one section of a 64-bit little-endian ELF file (None if it has no such section)."""
-    with open(path, "rb") as handle:
-        header = handle.read(64)
-        if len(header) < 64 or header[:4] != b"\x7fELF":
-            raise ValueError(f"{os.path.basename(path)} is not an ELF file")
-        if header[4] != 2 or header[5] != 1:
-            raise ValueError(f"{os.path.basename(path)} is not a 64-bit little-endian ELF file")
-        shoff = struct.unpack_from("<Q", header, 0x28)[0]
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", header, 0x3A)
-        if shentsize < 64 or not 0 < shnum < 65536 or shstrndx >= shnum:
-            raise ValueError(f"{os.path.basename(path)}: bad ELF section table")
-        handle.seek(shoff)
-        table = handle.read(shentsize * shnum)
-        if len(table) < shentsize * shnum:
-            raise ValueError(f"{os.path.basename(path)}: truncated ELF section table")
-        sections = [struct.unpack_from("<IIQQQQ", table, i * shentsize) for i in range(shnum)]
-        names_off, names_size = sections[shstrndx][4], sections[shstrndx][5]
-        handle.seek(names_off)
-        names = handle.read(min(names_size, 1 << 20))
-        wanted = name.encode()
-        for sh_name, _type, _flags, _addr, offset, size in sections:
-            end = names.find(b"\0", sh_name)
-            if names[sh_name:end] == wanted:
-                if size > limit:
-                    raise ValueError(f"{name} section of {os.path.basename(path)} is {size} bytes")
-                handle.seek(offset)
-                return handle.read(size)
-    return None
+    """The bytes of one section of an ELF file (None if it has none, or it is SHT_NOBITS)."""
+    return elf_module().sections(path, (name.encode(),), limit).get(name.encode())
 
 
 def torch_facts(paths: Optional[List[str]] = None) -> Dict[str, Dict[str, Any]]:

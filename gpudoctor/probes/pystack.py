@@ -19,7 +19,7 @@ import os
 from typing import Any, Dict, Optional
 
 from gpudoctor import runner
-from gpudoctor.probes import fatbin, flash_attn, pyenv, scancache, vllm_build, vllm_kernels
+from gpudoctor.probes import elf, fatbin, flash_attn, pyenv, scancache, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
@@ -51,6 +51,7 @@ def _lazy(name, source, dists, dirs, empty):
         return _load(name, source).collect_plain(ctx)
     collect.__module__ = name
     return collect
+_elf = _load("gpudoctor_elf", {elf})
 _fatbin = _load("gpudoctor_fatbin", {fatbin})
 _pyenv = _load("gpudoctor_pyenv", {pyenv})
 _scancache = _load("gpudoctor_scancache", {scancache})
@@ -71,7 +72,7 @@ def _source(module) -> str:
 
 def bootstrap() -> str:
     """The ``-c`` program: fatbin.py, pyenv.py, flash_attn.py and vllm_build.py as modules, then pyenv.main."""
-    return _BOOTSTRAP.format(fatbin=ascii(_source(fatbin)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
+    return _BOOTSTRAP.format(elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
                              flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)),
                              vllm_kernels=ascii(_source(vllm_kernels)),
                              fa_gate=_gate(flash_attn), vb_gate=_gate(vllm_build), vk_gate=_gate(vllm_kernels))
