@@ -190,6 +190,14 @@ _REBUILD = {
 }
 
 
+def _where(binary: Dict[str, Any], location: Optional[str]) -> str:
+    """The binary's path inside its distribution's site-packages (its file name when elsewhere)."""
+    path = str(binary.get("path", "?"))
+    if location and path.startswith(str(location).rstrip("/") + "/"):
+        return path[len(str(location).rstrip("/")) + 1:]
+    return os.path.basename(path)
+
+
 def _kernel_fix(dist: str, version: Optional[str], gpu: Dict[str, Any], snap) -> Fix:
     py = _python(snap)
     cc = gpu["cc"]
@@ -207,8 +215,13 @@ def _kernel_fix(dist: str, version: Optional[str], gpu: Dict[str, Any], snap) ->
         summary = (f"CUDA 13 removed Maxwell, Pascal and Volta (sm_5x, sm_6x, sm_70/72) from its compiler and libraries, "
                    f"so no CUDA {_fmt(torch_cuda)} build can have sm_{sm} code: this GPU needs torch and {dist} built with "
                    "CUDA 12.x (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/).")
-    return Fix(summary, [template.format(cc=cc, sm=sm, py=py, dist=dist, version=version or "VERSION")
-                         + ("  # with a CUDA 12.x torch and nvcc" if summary.startswith("CUDA 13") else "")])
+    commands = [template.format(cc=cc, sm=sm, py=py, dist=dist, version=version or "VERSION")
+                + ("  # with a CUDA 12.x torch and nvcc" if summary.startswith("CUDA 13") else "")]
+    if dist not in _REBUILD:
+        # Not a torch extension build (plain nvcc / CMake): the flags that put this GPU's code in.
+        commands.append(f"# an nvcc or CMake build: add -gencode arch=compute_{sm},code=sm_{sm} "
+                        f"-gencode arch=compute_{sm},code=compute_{sm} (PTX for newer GPUs), e.g. CMAKE_CUDA_ARCHITECTURES={sm}")
+    return Fix(summary, commands)
 
 
 @rule("GD201", "kernel-image-missing", severity=ERROR, area="cuda", requires=("gpu.count", "kernels.binaries"))
@@ -273,8 +286,9 @@ def kernel_image_missing(snap):
             missing.setdefault(_label(binary), []).append(binary)
         for dist, items in sorted(missing.items()):
             version = (versions.get(dist) or {}).get("version") if isinstance(versions, dict) else None
+            location = (versions.get(dist) or {}).get("location") if isinstance(versions, dict) else None
             names = ", ".join(
-                f"{os.path.basename(b['path'])} ({describe_archs(b['scan'].get('sm_variants', []), b['scan'].get('ptx_variants', []))})"
+                f"{_where(b, location)} ({describe_archs(b['scan'].get('sm_variants', []), b['scan'].get('ptx_variants', []))})"
                 for b in items[:4]
             ) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
             fails.append(

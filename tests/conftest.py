@@ -7,6 +7,7 @@ has its own toolkits, compilers and servers. Tests build the machine they descri
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -28,3 +29,10 @@ def fake_nvml_module(monkeypatch):
         return module
 
     return install
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_scan_cache(tmp_path_factory):
+    """The persistent scan cache (gpudoctor/probes/scancache.py) goes to a session directory,
+    not the user's ~/.cache: child processes (--python, CLI runs) inherit the variable."""
+    os.environ["GPUDOCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("gpudoctor-scan-cache"))

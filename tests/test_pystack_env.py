@@ -301,17 +301,20 @@ def test_unreadable_path_entry(tmp_path):
 
 
 # --- kernels --------------------------------------------------------------------------------
-def test_binaries_of_the_stack_are_found_owned_and_scanned(site):
+def test_every_cuda_binary_on_the_path_is_found_owned_and_scanned(site):
     site.torch(lib=SM80_SM90_PTX90)
     site.dist("vllm", "0.20.0", files={"vllm/__init__.py": "", "vllm/_C.abi3.so": COMPRESSED,
                                         "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so": SM80_SM90_PTX90,
-                                        "vllm/model_executor/not_scanned.so": SM86})
+                                        "vllm/model_executor/deep/er/down.so": SM86})
     site.dist("flash-attn", "2.8.3", files={FA2_SO: SM86, "flash_attn/__init__.py": ""})
-    site.dist("six", "1.17.0", files={"six_ext.so": SM86})  # not an inference-stack binary
+    site.dist("six", "1.17.0", files={"six_ext.so": SM86})  # not an inference-stack package: scanned too
+    site.dist("hostonly", "1.0", files={"hostonly/_impl.so": Path(sys.executable).resolve()})  # ELF, no GPU code
     binaries = {Path(b["path"]).name: b for b in collect(site.path)["kernels.binaries"]["value"]}
-    assert set(binaries) == {"libtorch_cuda.so", "libc10_cuda.so", "_C.abi3.so", "_vllm_fa2_C.abi3.so", FA2_SO}
+    assert set(binaries) == {"libtorch_cuda.so", "libc10_cuda.so", "_C.abi3.so", "_vllm_fa2_C.abi3.so", FA2_SO,
+                             "down.so", "six_ext.so"}
     assert binaries[FA2_SO]["dist"] == "flash-attn"
-    assert binaries["_C.abi3.so"]["dist"] == "vllm"
+    assert binaries["_C.abi3.so"]["dist"] == "vllm" and binaries["down.so"]["dist"] == "vllm"
+    assert binaries["six_ext.so"]["dist"] == "six" and binaries["six_ext.so"]["owner"] == "RECORD"
     assert binaries[FA2_SO]["scan"]["sm_variants"] == ["sm_86"]
     assert binaries[FA2_SO]["scan"]["ptx_variants"] == []
     assert binaries["_C.abi3.so"]["scan"]["compressed"] > 0
@@ -333,7 +336,7 @@ def test_editable_install_binaries_are_found(site, tmp_path):
 
 def test_unreadable_binary_is_a_scan_status(site):
     site.dist("flash-attn", "2.8.3", files={FA2_SO: b"\x7fELF truncated"})
-    binary = collect(site.path)["kernels.binaries"]["value"][0]
+    [binary] = collect(site.path)["kernels.binaries"]["value"]
     assert binary["scan"]["status"] == "error" and binary["scan"]["detail"]
 
 

@@ -142,6 +142,8 @@ def test_bad_input_in_the_environment_never_crashes(tmp_path):
     os.symlink("loop", site.path / "loop")
     os.symlink("ghost-1.0.dist-info", site.path / "ghost-1.0.dist-info")
     (site.path / "vllm" / "vllm_flash_attn" / "_vllm_fa3_C.abi3.so").write_bytes(b"\x7fELF\x02\x01\x01" + b"\0" * 9)  # a cut ELF
+    with open(site.path / "vllm-0.20.0.dist-info" / "RECORD", "a", encoding="utf-8") as record:
+        record.write("vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so,,16\n")  # as pip would have listed it
     _, doc = check_json(python, "--deep")  # --deep reads the METADATA of packages outside the stack too
     unreadable = {Path(u["path"]).name: u for u in doc["snapshot"]["facts"]["packages.unreadable"]["value"]}
     assert "not UTF-8" in unreadable["brokenpkg-1.0.dist-info"]["detail"]

@@ -141,10 +141,10 @@ def test_the_result_is_cached_by_vllms_record_and_a_reinstall_invalidates_it(tmp
     info = install_vllm(site)
     first = facts_of(site)["vllm.extensions"]
     cache = scancache.shared()
-    assert cache.misses == 1 and cache.hits == 0
+    assert cache.hits == 0 and any(k.startswith(vllm_kernels.CACHE_KIND + "\0") for k in cache.entries)
     scancache.forget()
     assert facts_of(site)["vllm.extensions"] == first
-    assert scancache.shared().hits == 1
+    assert scancache.shared().misses == 0 and scancache.shared().hits > 0  # nothing read again
     # A reinstall rewrites RECORD (new size/mtime/inode): the source is read again.
     (site.path / "vllm" / "platforms" / "cuda.py").write_text(PLATFORM_CUDA.replace("import vllm._C_stable_libtorch  # noqa\n", ""))
     record = info / "RECORD"

@@ -29,7 +29,6 @@ import os
 import platform
 import re
 import sys
-import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 SOURCE = "torch/version.py"
@@ -45,20 +44,6 @@ STACK = (
 _CHECKED_SUFFIXES = (".py", ".so", ".pyd")
 MISSING_SHOWN = 20
 METADATA_LIMIT = 1 << 20
-# CUDA extension binaries, per top-level package: (glob-like relative patterns, max depth).
-KERNEL_PACKAGES = (
-    ("torch", "torch", ("lib",), r"^lib.*cuda.*\.so(\.\d+)*$"),
-    ("vllm", "vllm", ("", "vllm_flash_attn"), r"\.so$"),
-    ("flash-attn-3", "flash_attn_3", ("",), r"\.so$"),
-    ("flashinfer-python", "flashinfer", ("", "data", "jit_cache"), r"\.so$"),
-    ("xformers", "xformers", ("", "flash_attn_3"), r"\.so$"),
-)
-# Top-level extension modules (site-packages/NAME*.so) -> owning distribution.
-KERNEL_MODULES = (
-    ("flash-attn", r"^flash_attn_2_cuda\..*so$"),
-    ("flash-attn-3", r"^flash_attn_3_cuda\..*so$"),
-)
-MAX_BINARIES_PER_PACKAGE = 64
 
 
 def normalize(name: str) -> str:
@@ -146,21 +131,8 @@ def torch_abi(torch_dir: str) -> Dict[str, Any]:
 
 
 def elf_module():
-    """probes/elf.py, the one ELF reader: the bootstrap's copy inside --python's child, else the package's,
-    else the file beside this one (this file run on its own)."""
-    module = sys.modules.get("gpudoctor_elf")
-    if module is not None:
-        return module
-    try:
-        from gpudoctor.probes import elf as module
-    except ImportError:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("gpudoctor_elf", os.path.join(os.path.dirname(os.path.abspath(__file__)), "elf.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["gpudoctor_elf"] = module
-        spec.loader.exec_module(module)
-    return module
+    """probes/elf.py, the one ELF reader (see _sibling for where it comes from)."""
+    return _sibling("gpudoctor_elf", "elf.py")
 
 
 def elf_section(path: str, name: str, limit: int) -> Optional[bytes]:
@@ -518,68 +490,25 @@ def package_dir(package: str, paths: Iterable[str], editable: Dict[str, str]) ->
     return target if target and os.path.isdir(target) else None
 
 
-# --- CUDA extension binaries -----------------------------------------------------------------
-def kernel_binaries(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[str, str]) -> Dict[str, Any]:
-    """Where the stack's CUDA extension binaries are: [{path, dist, package}], plus notes."""
-    found: List[Dict[str, Any]] = []
-    notes: List[str] = []
-    for dist_name, package, subdirs, pattern in KERNEL_PACKAGES:
-        top = package_dir(package, paths, editable)
-        if top is None:
-            continue
-        regex = re.compile(pattern)
-        files: List[str] = []
-        for sub in subdirs:
-            directory = os.path.join(top, sub) if sub else top
-            try:
-                names = sorted(e.name for e in os.scandir(directory) if e.is_file())
-            except OSError:
-                continue
-            files.extend(os.path.join(directory, n) for n in names if regex.search(n))
-        if len(files) > MAX_BINARIES_PER_PACKAGE:
-            notes.append(f"{package}: {len(files)} binaries, scanned the first {MAX_BINARIES_PER_PACKAGE}")
-            files = files[:MAX_BINARIES_PER_PACKAGE]
-        owner = dist_name if dist_name in dists else _owner_guess(package, dists)
-        found.extend({"path": f, "dist": owner, "package": package} for f in files)
-    for location in paths:
-        try:
-            names = sorted(e.name for e in os.scandir(location))
-        except OSError:
-            continue
-        for dist_name, pattern in KERNEL_MODULES:
-            regex = re.compile(pattern)
-            for name in names:
-                if regex.search(name) and not any(b["path"].endswith(os.sep + name) for b in found):
-                    found.append({"path": os.path.join(location, name), "dist": dist_name if dist_name in dists else None,
-                                  "package": name.split(".")[0]})
-    return {"binaries": found, "notes": notes}
+# --- CUDA binaries: every shared object on the path with device code (probes/kernel_scan.py) ----
+def _sibling(module_name: str, file_name: str):
+    """A stdlib probe module: the bootstrap's copy inside --python's child, else the package's,
+    else the file beside this one (this file run on its own)."""
+    module = sys.modules.get(module_name)
+    if module is not None:
+        return module
+    try:
+        import importlib
 
+        return importlib.import_module("gpudoctor.probes." + file_name[:-3])
+    except ImportError:
+        import importlib.util
 
-def _owner_guess(package: str, dists: Dict[str, Dict[str, Any]]) -> Optional[str]:
-    key = normalize(package)
-    for name in dists:
-        if name == key or name.startswith(key + "-"):
-            return name
-    return None
-
-
-# --- everything ------------------------------------------------------------------------------
-def scan_binaries(binaries: List[Dict[str, Any]], scanner: Optional[Callable[[str], Any]]) -> List[Dict[str, Any]]:
-    """Each binary with its fatbin scan (``scanner(path).to_json()``) and the time it took."""
-    out = []
-    for item in binaries:
-        entry = dict(item)
-        if scanner is None:
-            entry["scan"] = {"status": "error", "detail": "no fatbin reader"}
-        else:
-            started = time.perf_counter()
-            try:
-                entry["scan"] = scanner(item["path"]).to_json()
-            except Exception as exc:  # the reader promises not to raise; keep the promise here too
-                entry["scan"] = {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}
-            entry["elapsed_s"] = round(time.perf_counter() - started, 5)
-        out.append(entry)
-    return out
+        spec = importlib.util.spec_from_file_location(module_name, os.path.join(os.path.dirname(os.path.abspath(__file__)), file_name))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        return module
 
 
 TORCH_MAIN_LIBRARY = "libtorch_cuda.so"
@@ -621,7 +550,7 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     """All facts of this interpreter's environment as plain JSON-able dicts ``{path: fact}``.
 
     ``record``: "stack" (RECORD vs disk for the inference stack), "all" or "none".
-    ``scanner``: the fatbin reader's ``scan``; without it binaries are listed, not scanned.
+    ``scanner``: the fatbin reader's ``scan`` (default: probes/fatbin.py's).
     ``extras``: more stdlib-only collectors (probes.flash_attn, probes.vllm_build), each called
     with what was read here (paths, dists, editable, facts, options, environ); one that raises
     turns its ``FACT_KEYS`` into error facts.
@@ -664,9 +593,12 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     editable = editable_mappings(paths)
     if editable:
         facts["packages.editable"] = fact(editable, source="__editable__ finders")
-    found = kernel_binaries(paths, first, editable)
-    binaries = scan_binaries(found["binaries"], scanner)
-    facts["kernels.binaries"] = fact(binaries, source="fatbin", detail="; ".join(found["notes"]))
+    try:
+        facts.update(_sibling("gpudoctor_kernel_scan", "kernel_scan.py").collect(paths, first, editable, scanner, environ))
+    except Exception as exc:  # the scan's bug must not cost the other facts
+        broken = fact(None, "error", "kernel_scan", f"{type(exc).__name__}: {exc}")
+        facts.update({"kernels.binaries": broken, "kernels.scan": broken})
+    binaries = facts["kernels.binaries"].get("value") or []
     torch_dir = facts.get("torch.path", {}).get("value")
     facts["torch.arch_list"] = torch_arch_list(torch_dir, binaries)
     if extras:

@@ -19,7 +19,7 @@ import os
 from typing import Any, Dict, Optional
 
 from gpudoctor import runner
-from gpudoctor.probes import elf, fatbin, flash_attn, pyenv, scancache, vllm_build, vllm_kernels
+from gpudoctor.probes import elf, fatbin, flash_attn, kernel_scan, pyenv, scancache, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
@@ -55,6 +55,7 @@ _elf = _load("gpudoctor_elf", {elf})
 _fatbin = _load("gpudoctor_fatbin", {fatbin})
 _pyenv = _load("gpudoctor_pyenv", {pyenv})
 _scancache = _load("gpudoctor_scancache", {scancache})
+_kernel_scan = _load("gpudoctor_kernel_scan", {kernel_scan})
 _extras = [_lazy("gpudoctor_flash_attn", {flash_attn}, {fa_gate}), _lazy("gpudoctor_vllm_build", {vllm_build}, {vb_gate}),
            _lazy("gpudoctor_vllm_kernels", {vllm_kernels}, {vk_gate})]
 sys.exit(_pyenv.main(sys.argv[1:], scanner=_fatbin.scan, extras=_extras))
@@ -73,6 +74,7 @@ def _source(module) -> str:
 def bootstrap() -> str:
     """The ``-c`` program: fatbin.py, pyenv.py, flash_attn.py and vllm_build.py as modules, then pyenv.main."""
     return _BOOTSTRAP.format(elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
+                             kernel_scan=ascii(_source(kernel_scan)),
                              flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)),
                              vllm_kernels=ascii(_source(vllm_kernels)),
                              fa_gate=_gate(flash_attn), vb_gate=_gate(vllm_build), vk_gate=_gate(vllm_kernels))
@@ -160,6 +162,7 @@ def _failed(python: str, status: str, detail: str, source: str) -> Dict[str, Fac
         "packages.dists": fact,
         "packages.stack": fact,
         "kernels.binaries": fact,
+        "kernels.scan": fact,
         "flash_attn.variants": fact,
         "flash_attn.namespace": fact,
         "vllm.build": fact,

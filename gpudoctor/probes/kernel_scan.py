@@ -1,0 +1,339 @@
+"""Every shared object on the interpreter's path that carries CUDA device code, with its owner and its archs.
+
+Standard library only and Python 3.8-compatible: pyenv.collect_plain calls ``collect`` in the
+doctor's process or inside the interpreter named by ``--python`` (pystack's bootstrap loads
+this file as ``gpudoctor_kernel_scan``).
+
+Not a list of known packages: cupy, JAX's CUDA plugins, mamba-ssm, causal-conv1d, sgl-kernel,
+bitsandbytes, DeepSpeed ops, a team's own kernels and whatever vLLM adds next release are all
+just shared objects. Where they are:
+- every ``*.dist-info`` on the path: the shared objects its RECORD lists (``*.so``, ``*.so.N``),
+  including the libraries under ``*/lib/`` of the ``nvidia-*`` wheels — owner: that distribution;
+- ``*.egg-info`` installs: ``installed-files.txt``, else the directories of ``top_level.txt``;
+- editable installs (setuptools' ``__editable___*_finder.py`` mappings): their source trees;
+- anything else on a path entry that no RECORD claims (a copied-in package, a leftover of an
+  interrupted uninstall): walked, bounded — owner: the directory it sits in.
+Each candidate's ELF section table is read (probes/elf.py) and, if it has fatbin sections, its
+fatbin headers (probes/fatbin.py); nothing else of the file. Results are kept in the persistent
+scan cache (probes/scancache.py) keyed by (path, size, mtime_ns, inode, device), so a warm run
+costs one ``stat`` per shared object; RECORD parses are cached the same way.
+
+Facts: ``kernels.binaries`` (one entry per CUDA binary: path, dist, package, owner, scan) and
+``kernels.scan`` (how many files were looked at, read, taken from the cache, unreadable).
+"""
+
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+
+_pyenv = sys.modules.get("gpudoctor_pyenv")
+if _pyenv is None:
+    from gpudoctor.probes import pyenv as _pyenv
+_scancache = sys.modules.get("gpudoctor_scancache")
+if _scancache is None:
+    from gpudoctor.probes import scancache as _scancache
+
+SCAN_KIND = "fatbin-1"  # bump when FatbinScan.to_json changes meaning
+RECORD_KIND = "record-so-1"
+MAX_CANDIDATES = 20_000
+MAX_WALK_ENTRIES = 60_000  # directory entries visited outside RECORDs, all walks together
+MAX_WALK_DEPTH = 12
+MAX_UNREADABLE_SHOWN = 20
+SKIP_DIRS = ("__pycache__", ".git", "node_modules")
+_NOT_CUDA = ("absent", "not_elf")
+
+
+def is_shared_object(name: str) -> bool:
+    """``x.so``, ``x.cpython-311-x86_64-linux-gnu.so``, ``libcublas.so.12``, ``libnccl.so.2.21.5``."""
+    if name.endswith(".so"):
+        return True
+    head, sep, tail = name.partition(".so.")
+    return bool(sep and head and tail and all(part.isdigit() for part in tail.split(".")))
+
+
+def _record_paths(text: str) -> List[str]:
+    out = []
+    for line in text.splitlines():
+        if ".so" not in line:
+            continue
+        if line.startswith('"'):  # a quoted path (it has a comma): let csv read it
+            import csv
+
+            row = next(csv.reader([line]), None)
+            rel = row[0] if row else ""
+        else:
+            rel = line.split(",", 1)[0]
+        if is_shared_object(rel.rsplit("/", 1)[-1]):
+            out.append(rel)
+    return out
+
+
+def _top(rel: str) -> str:
+    first = rel.split("/", 1)[0]
+    return first if "/" in rel else first.split(".", 1)[0]
+
+
+def record_shared_objects(dist: Dict[str, Any], cache) -> Tuple[List[str], Set[str]]:
+    """(shared objects RECORD lists, relative to the location; top-level names RECORD claims)."""
+    record = os.path.join(dist["location"], dist["meta"], "RECORD")
+    key = _scancache.file_key(record)
+    cached = cache.get(RECORD_KIND, record, key)
+    if cached is not None and isinstance(cached.get("so"), list) and isinstance(cached.get("tops"), list):
+        return [str(p) for p in cached["so"]], {str(t) for t in cached["tops"]}
+    try:
+        with open(record, "rb") as handle:
+            text = handle.read(64 << 20).decode("utf-8", "replace")
+    except OSError:
+        return [], set()
+    tops = set()
+    for line in text.splitlines():
+        rel = line.split(",", 1)[0].strip('"')
+        if rel and not rel.startswith(("../", "/")):
+            tops.add(_top(rel))
+    shared = _record_paths(text)
+    cache.put(RECORD_KIND, record, key, {"so": shared, "tops": sorted(tops)})
+    return shared, tops
+
+
+class _Walk:
+    """A bounded walk for shared objects: a budget of directory entries shared by every walk."""
+
+    def __init__(self) -> None:
+        self.left = MAX_WALK_ENTRIES
+        self.truncated: List[str] = []
+
+    def files(self, top: str) -> List[str]:
+        found: List[str] = []
+        stack = [(top, 0)]
+        seen: Set[Tuple[int, int]] = set()
+        while stack:
+            directory, depth = stack.pop()
+            try:
+                st = os.stat(directory)
+                if (st.st_dev, st.st_ino) in seen:
+                    continue  # a symlink loop
+                seen.add((st.st_dev, st.st_ino))
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+            for entry in entries:
+                self.left -= 1
+                if self.left < 0:
+                    if top not in self.truncated:
+                        self.truncated.append(top)
+                    return found
+                try:
+                    if entry.is_dir():
+                        if depth < MAX_WALK_DEPTH and entry.name not in SKIP_DIRS:
+                            stack.append((entry.path, depth + 1))
+                    elif is_shared_object(entry.name) and entry.is_file():
+                        found.append(entry.path)
+                except OSError:
+                    continue
+        return sorted(found)
+
+
+def candidates(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[str, str], cache) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """Every shared object on the path, each with its owner: [{path, dist, package, owner}], notes."""
+    found: List[Dict[str, Any]] = []
+    notes: List[str] = []
+    claimed: Dict[str, Set[str]] = {}  # location -> top-level names owned by some distribution
+    walk = _Walk()
+    for key, dist in sorted(dists.items()):
+        location, meta = dist.get("location"), str(dist.get("meta", ""))
+        if not location or not meta:
+            continue
+        tops = claimed.setdefault(location, set())
+        tops.add(meta)
+        if meta.endswith(".dist-info"):
+            shared, owned = record_shared_objects(dist, cache)
+            tops.update(owned)
+            for rel in shared:
+                path = os.path.normpath(os.path.join(location, rel))
+                found.append({"path": path, "dist": key, "package": _top(rel), "owner": "RECORD"})
+        elif meta.endswith(".egg-info"):
+            listed = _egg_files(os.path.join(location, meta))
+            if listed is not None:
+                for path in listed:
+                    rel = os.path.relpath(path, location)
+                    tops.add(_top(rel.replace(os.sep, "/")))
+                    found.append({"path": path, "dist": key, "package": _top(rel.replace(os.sep, "/")), "owner": "installed-files.txt"})
+            else:
+                for top in _egg_tops(os.path.join(location, meta)):
+                    tops.add(top)
+                    where = os.path.join(location, top)
+                    items = walk.files(where) if os.path.isdir(where) else []
+                    found.extend({"path": p, "dist": key, "package": top, "owner": "top_level.txt"} for p in items)
+    for package, target in sorted(editable.items()):
+        owner = _owner_guess(package, dists)
+        found.extend({"path": p, "dist": owner, "package": package, "owner": "editable"} for p in walk.files(target))
+    entries_on_path = {os.path.normpath(p) for p in paths}
+    for location in paths:
+        try:
+            entries = list(os.scandir(location))
+        except OSError:
+            continue
+        owned = claimed.get(location, set())
+        # The standard library's directory (it holds os.py): its packages are Python's own, and
+        # site-packages / lib-dynload below it are path entries of their own (or not on the path).
+        stdlib = any(e.name == "os.py" for e in entries) and any(e.name == "encodings" for e in entries)
+        for entry in sorted(entries, key=lambda e: e.name):
+            name = entry.name
+            if name in owned or name.endswith((".dist-info", ".egg-info", ".pth", ".py", ".pyc")) or name in SKIP_DIRS:
+                continue
+            stem = name.split(".", 1)[0]
+            try:
+                if entry.is_dir():
+                    if stem in owned or stdlib or name in ("site-packages", "dist-packages") \
+                            or os.path.normpath(entry.path) in entries_on_path:
+                        continue
+                    items = walk.files(entry.path)
+                elif is_shared_object(name) and entry.is_file():
+                    if stem in owned:
+                        continue
+                    items = [entry.path]
+                else:
+                    continue
+            except OSError:
+                continue
+            owner = _owner_guess(stem, dists)
+            found.extend({"path": p, "dist": owner, "package": stem, "owner": "directory"} for p in items)
+    if walk.truncated:
+        notes.append(f"stopped walking after {MAX_WALK_ENTRIES} directory entries in {', '.join(walk.truncated[:3])}")
+    unique: List[Dict[str, Any]] = []
+    seen: Set[str] = set()
+    for item in found:
+        if item["path"] not in seen:
+            seen.add(item["path"])
+            unique.append(item)
+    if len(unique) > MAX_CANDIDATES:
+        notes.append(f"{len(unique)} shared objects, scanned the first {MAX_CANDIDATES}")
+        unique = unique[:MAX_CANDIDATES]
+    return unique, notes
+
+
+def _egg_files(egg: str) -> Optional[List[str]]:
+    try:
+        with open(os.path.join(egg, "installed-files.txt"), encoding="utf-8", errors="replace") as handle:
+            lines = handle.read(8 << 20).splitlines()
+    except OSError:
+        return None
+    return [os.path.normpath(os.path.join(egg, line.strip())) for line in lines
+            if line.strip() and is_shared_object(os.path.basename(line.strip()))]
+
+
+def _egg_tops(egg: str) -> List[str]:
+    try:
+        with open(os.path.join(egg, "top_level.txt"), encoding="utf-8", errors="replace") as handle:
+            return [line.strip() for line in handle.read(1 << 16).splitlines() if line.strip() and "/" not in line]
+    except OSError:
+        return []
+
+
+def _owner_guess(package: str, dists: Dict[str, Dict[str, Any]]) -> Optional[str]:
+    key = _pyenv.normalize(package)
+    for name in dists:
+        if name == key:
+            return name
+    return None
+
+
+def _valid_scan(value: Any) -> bool:
+    return (isinstance(value, dict) and isinstance(value.get("status"), str)
+            and all(isinstance(value.get(k, []), list) for k in ("sm", "sm_variants", "ptx", "ptx_variants")))
+
+
+def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """Scan each candidate (or take its scan from the cache); keep those with CUDA device code."""
+    binaries: List[Dict[str, Any]] = []
+    unreadable: List[Dict[str, str]] = []
+    stats = {"shared_objects": 0, "cuda_binaries": 0, "read": 0, "cached": 0, "bytes_read": 0, "unreadable": 0}
+    inodes: Set[Tuple[int, int]] = set()
+    for item in items:
+        path = item["path"]
+        key = _scancache.file_key(path)
+        if key is None:
+            continue  # vanished, or not a regular file (RECORD lists what pip wrote; a link to a dir …)
+        if (key[3], key[2]) in inodes:
+            continue  # the same file under another name
+        inodes.add((key[3], key[2]))
+        stats["shared_objects"] += 1
+        started = time.perf_counter()
+        result = cache.get(SCAN_KIND, path, key)
+        cached = _valid_scan(result)
+        if not cached:
+            try:
+                scan = scanner(path)
+                result = scan.to_json()
+                stats["bytes_read"] += getattr(scan, "bytes_read", 0)
+            except Exception as exc:  # the reader promises not to raise; keep the promise here too
+                result = {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}
+            stats["read"] += 1
+            if result.get("status") not in ("no_permission",):
+                cache.put(SCAN_KIND, path, key, result)
+        else:
+            stats["cached"] += 1
+        status = result.get("status")
+        if status in _NOT_CUDA:
+            continue
+        if status != "ok" and not result.get("sections"):
+            # Not read far enough to see a fatbin section: it may be a CUDA binary. Kept, so a
+            # kernel rule says "unknown" with the reason instead of passing it silently.
+            stats["unreadable"] += 1
+            if len(unreadable) < MAX_UNREADABLE_SHOWN:
+                unreadable.append({"path": path, "status": status, "detail": str(result.get("detail", ""))[:200]})
+        entry = dict(item, scan=result, elapsed_s=round(time.perf_counter() - started, 5))
+        if cached:
+            entry["cached"] = True
+        binaries.append(entry)
+    stats["cuda_binaries"] = len(binaries)
+    stats["unreadable_files"] = unreadable
+    return binaries, stats
+
+
+def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[str, str],
+            scanner: Optional[Callable[[str], Any]], environ: Optional[Dict[str, str]] = None) -> Dict[str, Dict[str, Any]]:
+    """``kernels.binaries`` and ``kernels.scan`` for this path."""
+    started = time.perf_counter()
+    fact = _pyenv.fact
+    if scanner is None:
+        fatbin = sys.modules.get("gpudoctor_fatbin")
+        if fatbin is None:
+            from gpudoctor.probes import fatbin
+        scanner = fatbin.scan
+    cache = _scancache.shared(environ)
+    items, notes = candidates(paths, dists, editable, cache)
+    binaries, stats = scan_all(items, scanner, cache)
+    saved = cache.save()
+    stats.update({"elapsed_s": round(time.perf_counter() - started, 4), "cache": cache.status,
+                  "cache_dir": cache.directory, "cache_save": saved})
+    if cache.detail:
+        stats["cache_detail"] = cache.detail
+    detail = (f"{stats['cuda_binaries']} CUDA binaries in {stats['shared_objects']} shared objects "
+              f"({stats['cached']} from the scan cache)")
+    return {
+        "kernels.binaries": fact(binaries, source="fatbin", detail="; ".join([detail] + notes)),
+        "kernels.scan": fact(stats, source="kernel_scan", detail=detail),
+    }
+
+
+def owners(binaries: Iterable[Dict[str, Any]]) -> Dict[str, List[str]]:
+    """dist (or "?") -> file names, for a human summary."""
+    out: Dict[str, List[str]] = {}
+    for b in binaries:
+        out.setdefault(b.get("dist") or "?", []).append(os.path.basename(str(b.get("path"))))
+    return out
+
+
+if __name__ == "__main__":  # python -m gpudoctor.probes.kernel_scan: this interpreter's CUDA binaries
+    import json
+
+    search = _pyenv.search_paths()
+    first, _, _ = _pyenv.scan_dists(search, read_all=False)
+    facts = collect(search, first, _pyenv.editable_mappings(search), None)
+    for b in facts["kernels.binaries"]["value"]:
+        scan = b["scan"]
+        sys.stdout.write(json.dumps({"path": b["path"], "dist": b["dist"], "sm": scan.get("sm_variants"),
+                                     "ptx": scan.get("ptx_variants"), "status": scan.get("status")}) + "\n")
+    sys.stdout.write(json.dumps({k: v for k, v in facts["kernels.scan"]["value"].items() if k != "unreadable_files"}) + "\n")

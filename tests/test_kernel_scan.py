@@ -1,0 +1,227 @@
+"""Every CUDA binary on the path (probes/kernel_scan.py), the scan cache (probes/scancache.py) and GD201 on them.
+
+Real venvs (``python -m venv``) with packages gpudoctor has never heard of, laid out as pip
+installs them (dist-info + RECORD), holding the real nvcc-built binaries of
+tests/fixtures/ground_truth/h200 (cuobjdump's listing of them is in capture.log there) several
+directory levels deep; the doctor runs as the CLI, the probe inside the venv's interpreter.
+"""
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.probes import fatbin, kernel_scan, pyenv, scancache
+
+from test_pystack_env import COMPRESSED, SM80_SM90_PTX90, SM86, SitePackages, make_venv, venv_site
+from test_python_option_e2e import gd
+
+DEEP = "teamkernels/ops/cuda/impl/v2"
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    where = tmp_path / "cache"
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(where))
+    scancache.forget()
+    yield where
+    scancache.forget()
+
+
+@pytest.fixture(scope="module")
+def unknown_venv(tmp_path_factory):
+    """Three distributions nobody told gpudoctor about, plus an nvidia-* style library wheel."""
+    root = tmp_path_factory.mktemp("unknown")
+    python = make_venv(root / "venv")
+    site = SitePackages(venv_site(root / "venv"))
+    site.dist("team-kernels", "0.3.1", files={"teamkernels/__init__.py": "", f"{DEEP}/_sm86_only.cpython-311-x86_64-linux-gnu.so": SM86})
+    site.dist("jit-friendly", "1.0", files={"jitfriendly/__init__.py": "", "jitfriendly/a/b/c/_ops.so": SM80_SM90_PTX90})
+    site.dist("squeezed", "2.0", files={"squeezed/__init__.py": "", "squeezed/x/y/libsq.so": COMPRESSED})
+    site.dist("nvidia-fake-cu13", "13.0.1", files={"nvidia/fake/lib/libfake.so.13": SM80_SM90_PTX90})
+    return python, site
+
+
+def check(python, gpu, *extra):
+    proc = gd("check", "--python", str(python), "--gpu", gpu, "--select", "GD201", "--format", "json", *extra)
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    return proc.returncode, doc, {o["id"]: o for o in doc["outcomes"]}["GD201"]
+
+
+def test_binaries_of_unknown_packages_are_found_and_owned(unknown_venv):
+    python, site = unknown_venv
+    _, doc, _ = check(python, "sm_90")
+    binaries = {Path(b["path"]).name: b for b in doc["snapshot"]["facts"]["kernels.binaries"]["value"]}
+    assert set(binaries) == {"_sm86_only.cpython-311-x86_64-linux-gnu.so", "_ops.so", "libsq.so", "libfake.so.13"}
+    deep = binaries["_sm86_only.cpython-311-x86_64-linux-gnu.so"]
+    assert (deep["dist"], deep["package"], deep["owner"]) == ("team-kernels", "teamkernels", "RECORD")
+    assert deep["path"] == str(site.path / DEEP / "_sm86_only.cpython-311-x86_64-linux-gnu.so")
+    assert binaries["libfake.so.13"]["dist"] == "nvidia-fake-cu13"  # */lib/ of an nvidia-* wheel
+    assert binaries["libsq.so"]["scan"]["compressed"] == binaries["libsq.so"]["scan"]["entries"] > 0
+
+
+def test_sm86_only_binary_checked_for_sm90_is_an_error_naming_its_distribution(unknown_venv):
+    python, _ = unknown_venv
+    code, _, gd201 = check(python, "sm_90")
+    assert code == 1
+    [finding] = gd201["findings"]
+    assert finding["severity"] == "error"
+    assert finding["message"].startswith("team-kernels 0.3.1 has no code for GPU 0 (a GPU with cc 9.0 (Hopper), cc 9.0): "
+                                         f"{DEEP}/_sm86_only.cpython-311-x86_64-linux-gnu.so (sm_86)")
+    commands = "\n".join(finding["fix"]["commands"])
+    assert 'TORCH_CUDA_ARCH_LIST="9.0"' in commands and "team-kernels==0.3.1" in commands
+    assert "-gencode arch=compute_90,code=sm_90" in commands
+
+
+def test_sm80_with_ptx90_passes_on_sm100_by_jit_and_compressed_code_is_read(unknown_venv):
+    python, _ = unknown_venv
+    code, doc, gd201 = check(python, "sm_100")
+    names = " ".join(f["message"] for f in gd201["findings"])
+    assert "jit-friendly" not in names and "nvidia-fake-cu13" not in names  # compute_90 PTX JITs on 10.0
+    assert "squeezed 2.0 has no code for GPU 0" in names and "squeezed/x/y/libsq.so (sm_80, sm_90)" in names
+    code, _, gd201 = check(python, "sm_86")
+    assert gd201["status"] == "pass"  # sm_86 cubin, sm_80 cubins run on 8.6
+
+
+def test_a_warm_run_takes_every_scan_from_the_cache(unknown_venv, tmp_path):
+    python, _ = unknown_venv
+    env_dir = tmp_path / "warm-cache"
+    os.environ["GPUDOCTOR_CACHE_DIR"] = str(env_dir)
+    try:
+        _, cold, _ = check(python, "sm_90")
+        _, warm, _ = check(python, "sm_90")
+    finally:
+        os.environ.pop("GPUDOCTOR_CACHE_DIR")
+    cold_stats = cold["snapshot"]["facts"]["kernels.scan"]["value"]
+    warm_stats = warm["snapshot"]["facts"]["kernels.scan"]["value"]
+    assert cold_stats["read"] == cold_stats["shared_objects"] >= 4 and cold_stats["cached"] == 0
+    assert warm_stats["read"] == 0 and warm_stats["cached"] == warm_stats["shared_objects"]
+    assert warm_stats["bytes_read"] == 0
+    assert cold["snapshot"]["facts"]["kernels.binaries"]["value"] == [
+        {k: v for k, v in b.items() if k not in ("cached", "elapsed_s")} | {"elapsed_s": c["elapsed_s"]}
+        for b, c in zip(warm["snapshot"]["facts"]["kernels.binaries"]["value"], cold["snapshot"]["facts"]["kernels.binaries"]["value"])]
+    # A cold run reads headers only: a few KB of files that are hundreds of KB.
+    sizes = sum(os.path.getsize(b["path"]) for b in cold["snapshot"]["facts"]["kernels.binaries"]["value"])
+    assert cold_stats["bytes_read"] < sizes / 10, (cold_stats["bytes_read"], sizes)
+
+
+# --- the cache itself -------------------------------------------------------------------------
+def scan_site(site):
+    first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
+    return kernel_scan.collect([str(site.path)], first, {}, fatbin.scan)
+
+
+def test_a_changed_file_is_scanned_again(tmp_path, cache_dir):
+    site = SitePackages(tmp_path / "site")
+    site.dist("one", "1.0", files={"one/deep/er/_k.so": SM86})
+    assert scan_site(site)["kernels.binaries"]["value"][0]["scan"]["sm_variants"] == ["sm_86"]
+    scancache.forget()
+    target = site.path / "one" / "deep" / "er" / "_k.so"
+    target.write_bytes(SM80_SM90_PTX90.read_bytes())  # same path, new content (size and mtime change)
+    facts = scan_site(site)
+    assert facts["kernels.binaries"]["value"][0]["scan"]["sm_variants"] == ["sm_80", "sm_90"]
+    assert facts["kernels.scan"]["value"]["read"] == 1
+
+
+@pytest.mark.parametrize("content", [
+    b"", b"{not json", b"\xff\xfe garbage", b"[]", json.dumps({"format": "someone-else", "version": 1}).encode(),
+    json.dumps({"format": scancache.FORMAT, "version": 999, "entries": {}}).encode(),
+    json.dumps({"format": scancache.FORMAT, "version": scancache.VERSION, "entries": {"x": 1, "fatbin-1\0/a": {"key": "k", "value": {}}}}).encode(),
+    b"[" * 100000 + b"]" * 100000,
+])
+def test_a_corrupt_or_foreign_cache_file_is_ignored_and_rewritten(tmp_path, cache_dir, content):
+    site = SitePackages(tmp_path / "site")
+    site.dist("one", "1.0", files={"one/_k.so": SM86})
+    cache_dir.mkdir()
+    (cache_dir / scancache.FILENAME).write_bytes(content)
+    facts = scan_site(site)
+    assert facts["kernels.binaries"]["value"][0]["scan"]["sm_variants"] == ["sm_86"]
+    assert facts["kernels.scan"]["value"]["cache"] in ("ignored", "loaded")
+    doc = json.loads((cache_dir / scancache.FILENAME).read_text())
+    assert doc["format"] == scancache.FORMAT and any(k.endswith(str(site.path / "one" / "_k.so")) for k in doc["entries"])
+
+
+def test_an_entry_whose_value_is_not_a_scan_is_not_trusted(tmp_path, cache_dir):
+    site = SitePackages(tmp_path / "site")
+    site.dist("one", "1.0", files={"one/_k.so": SM86})
+    path = str(site.path / "one" / "_k.so")
+    cache_dir.mkdir()
+    forged = {"format": scancache.FORMAT, "version": scancache.VERSION, "entries": {
+        "fatbin-1\0" + path: {"key": scancache.file_key(path), "value": {"status": "ok", "sm_variants": "sm_90"}, "used": 1}}}
+    (cache_dir / scancache.FILENAME).write_text(json.dumps(forged))
+    assert scan_site(site)["kernels.binaries"]["value"][0]["scan"]["sm_variants"] == ["sm_86"]
+
+
+def _writer(directory, index, rounds):
+    os.environ["GPUDOCTOR_CACHE_DIR"] = directory
+    for n in range(rounds):
+        cache = scancache.ScanCache(directory)
+        cache.put("test", f"/p/{index}/{n}", [n, n, n, n], {"status": "ok"})
+        cache.save()
+
+
+def test_concurrent_runs_leave_a_whole_cache_file(tmp_path):
+    directory = str(tmp_path / "cache")
+    procs = [multiprocessing.get_context("fork").Process(target=_writer, args=(directory, i, 15)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    doc = json.loads((tmp_path / "cache" / scancache.FILENAME).read_text())
+    assert doc["format"] == scancache.FORMAT
+    # Every run merges with what is on disk under the lock: at most the runs that found the lock
+    # taken skipped saving, so most entries of all writers are there, and no temp file is left.
+    assert len(doc["entries"]) >= 30
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_cache_dir_follows_xdg_and_can_be_turned_off(tmp_path):
+    assert scancache.cache_dir({"HOME": "/home/u"}) == "/home/u/.cache/gpudoctor"
+    assert scancache.cache_dir({"HOME": "/home/u", "XDG_CACHE_HOME": "/x"}) == "/x/gpudoctor"
+    assert scancache.cache_dir({"HOME": "/home/u", "XDG_CACHE_HOME": "relative"}) == "/home/u/.cache/gpudoctor"
+    assert scancache.cache_dir({"GPUDOCTOR_CACHE_DIR": "/c", "XDG_CACHE_HOME": "/x"}) == "/c"
+    assert scancache.cache_dir({"GPUDOCTOR_CACHE": "0", "HOME": "/home/u"}) is None
+    off = scancache.ScanCache(None)
+    off.put("k", "/p", [1, 2, 3, 4], {"status": "ok"})
+    assert off.get("k", "/p", [1, 2, 3, 4]) is None and off.save() == "unchanged"
+
+
+def test_an_unwritable_cache_dir_costs_nothing_but_the_cache(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(blocker / "sub"))  # a file where a directory should be
+    scancache.forget()
+    site = SitePackages(tmp_path / "site")
+    site.dist("one", "1.0", files={"one/_k.so": SM86})
+    facts = scan_site(site)
+    assert facts["kernels.binaries"]["value"][0]["scan"]["sm_variants"] == ["sm_86"]
+    assert facts["kernels.scan"]["value"]["cache_save"].startswith("not saved")
+    scancache.forget()
+
+
+def test_unowned_directories_are_walked_and_the_stdlib_is_not(tmp_path, cache_dir):
+    site = SitePackages(tmp_path / "site")
+    loose = site.path / "copied_in" / "a" / "b"
+    loose.mkdir(parents=True)
+    (loose / "_x.so").write_bytes(SM86.read_bytes())
+    (site.path / "toplevel_ext.so").write_bytes(SM86.read_bytes())
+    [a, b] = sorted(scan_site(site)["kernels.binaries"]["value"], key=lambda x: x["path"])
+    assert (a["package"], a["owner"], a["dist"]) == ("copied_in", "directory", None)
+    assert (b["package"], b["owner"]) == ("toplevel_ext", "directory")
+    stdlib = os.path.dirname(os.__file__)
+    items, _ = kernel_scan.candidates([stdlib], {}, {}, scancache.ScanCache(None))
+    assert all(os.path.dirname(i["path"]) == stdlib for i in items)  # top-level files only, no walk
+
+
+def test_shared_object_names():
+    assert kernel_scan.is_shared_object("libcublas.so.12")
+    assert kernel_scan.is_shared_object("libnccl.so.2.21.5")
+    assert kernel_scan.is_shared_object("_C.abi3.so")
+    assert not kernel_scan.is_shared_object("libfoo.so.bak")
+    assert not kernel_scan.is_shared_object("notes.sources")
