@@ -9,9 +9,6 @@ directory levels deep; the doctor runs as the CLI, the probe inside the venv's i
 import json
 import multiprocessing
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
