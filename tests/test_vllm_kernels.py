@@ -193,7 +193,7 @@ def test_an_extension_vllm_uses_on_this_gpu_without_its_code_is_an_error(tmp_pat
     install_vllm(site)
     # B200: _deepselect_C's gate (10.x family) says vLLM uses it there, and it has sm_86 only.
     [finding] = gd201(snapshot_for(site, "10.0", "B200")).findings
-    assert finding.message.startswith("vllm 0.33.0 has no code for GPU 0 (B200, cc 10.0): _deepselect_C.abi3.so (sm_86)")
+    assert finding.message.startswith("vllm 0.33.0 has no code for GPU 0 (B200, cc 10.0): vllm/_deepselect_C.abi3.so (sm_86)")
     assert "_qutlass_C" not in finding.message  # no gate, a subset build: not used there
 
 
