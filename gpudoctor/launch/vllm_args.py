@@ -223,7 +223,7 @@ class _Hints:
                 for item in items:
                     out |= self.of(item, depth + 1)
                 return out
-            if base == "Annotated":
+            if base in ("Annotated", "SkipValidation", "Final", "Required", "NotRequired", "ReadOnly"):
                 return self.of(items[0], depth + 1)
             if base == "Literal":
                 values = self.literal_values(items, depth)
@@ -308,16 +308,28 @@ def class_fields(src: _Source, name: str, seen: Optional[Set[str]] = None) -> Di
 
 
 def _extra_forbidden(src: _Source, name: str) -> bool:
-    """Whether building this config class refuses unknown keys: vLLM's ``@config`` (extra="forbid"),
-    ``ConfigDict(extra="forbid")``, or a plain dataclass (``cls(**d)`` raises TypeError)."""
+    """Whether building this config class refuses unknown keys: ``ConfigDict(extra="forbid")``,
+    vLLM's ``@config`` where it merges extra="forbid" (0.33's config/utils.py), or a plain
+    dataclass (``cls(**d)`` raises TypeError). A pydantic dataclass otherwise ignores them (0.11)."""
     cls = src.classdef(name)
-    if cls is None:
+    if cls is None or not _is_dataclass(src, name):
         return False
+    decorators = set()
     for deco in cls.decorator_list:
         text = ast.dump(deco)
+        if "'forbid'" in text:
+            return True
         if "'allow'" in text or "'ignore'" in text:
             return False
-    return _is_dataclass(src, name)
+        decorators.add(_last(deco.func if isinstance(deco, ast.Call) else deco))
+    if "config" in decorators:
+        utils = src.text("config/utils.py") or ""
+        if re.search(r"extra\s*=\s*[\"']forbid[\"']", utils):
+            return True
+    module = src._texts.get(src.class_file.get(name, [""])[0], "")
+    if "dataclass" in decorators or "config" in decorators:
+        return not re.search(r"from\s+pydantic\.dataclasses\s+import\s+dataclass|pydantic\.dataclasses\.dataclass", module)
+    return False
 
 
 def _bounds(default: Optional[ast.AST]) -> Dict[str, float]:

@@ -35,7 +35,7 @@ from gpudoctor.snapshot import Snapshot  # noqa: E402
 
 pytestmark = pytest.mark.real
 
-RELEASES = ["0.33.0"]  # next: 0.20.0, 0.11.0, 0.8.5 (their oracle venvs build; agreement not yet 0 false blocks)
+RELEASES = ["0.33.0", "0.20.0", "0.11.0", "0.8.5"]
 # Commands preflight blocks and vLLM's parser passes, on purpose: a lone --spec-tokens 0 is ignored
 # by vLLM (no speculative method, so SpeculativeConfig(num_speculative_tokens >= 1) is never built),
 # but it is still a wrong value the moment a method is added.
@@ -59,12 +59,13 @@ def verdicts(version: str) -> list:
         return json.loads(cache.read_text())
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
-    done = subprocess.run([str(python), str(ORACLE), "corpus"], capture_output=True, text=True, env=env, timeout=1800,
-                          cwd=str(realenv.CACHE))
-    assert done.returncode == 0, done.stderr[-4000:]
-    data = json.loads(done.stdout)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(data))
+    partial = cache.with_suffix(f".{os.getpid()}.part")
+    done = subprocess.run([str(python), str(ORACLE), "corpus", str(partial)], capture_output=True, text=True, env=env,
+                          timeout=1800, cwd=str(realenv.CACHE))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    data = json.loads(partial.read_text())
+    partial.replace(cache)
     return data
 
 

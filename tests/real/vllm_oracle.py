@@ -2,7 +2,7 @@
 parser decides which `vllm serve` commands it refuses. Never imported by gpudoctor or the tests;
 tests/real/test_vllm_releases.py runs it as a child process.
 
-    python vllm_oracle.py corpus  > corpus.json     # commands built from every action it defines
+    python vllm_oracle.py corpus OUT.json           # commands built from every action it defines
     python vllm_oracle.py judge < commands.json     # [{"argv": [...], "refused": bool, "why": str}]
 
 "Refused" means what vLLM does with the command before it loads a model:
@@ -41,6 +41,8 @@ def build():
     top = flexible(prog="vllm")
     subs = top.add_subparsers(dest="subparser")
     serve = subs.add_parser("serve", prog="vllm serve")
+    if "model_tag" not in make.__code__.co_consts:  # 0.8: cli/serve.py adds the positional first
+        serve.add_argument("model_tag", type=str, nargs="?")
     make(serve)
     return top, serve, validate
 
@@ -81,8 +83,12 @@ def json_config_classes():
     for name, hint in hints.items():
         cls = _dataclass_of(hint)
         if cls is not None:
-            extra = (getattr(cls, "__pydantic_config__", None) or {}).get("extra")
-            if extra not in ("allow", "ignore") or not hasattr(cls, "__pydantic_config__"):
+            # pydantic dataclasses ignore unknown keys unless extra="forbid" (0.33's @config sets
+            # it); a plain dataclass's __init__ refuses them.
+            if hasattr(cls, "__pydantic_config__"):
+                if (cls.__pydantic_config__ or {}).get("extra") == "forbid":
+                    out[name] = cls
+            else:
                 out[name] = cls
     return out
 
@@ -290,11 +296,26 @@ def corpus(judge):
     return commands
 
 
+def force_cpu_platform():
+    """Older vLLM (< 0.33) picks the CPU platform only for a CPU build or macOS, whatever
+    VLLM_TARGET_DEVICE says: set it, as a CPU build would."""
+    try:
+        import vllm.platforms as platforms
+        from vllm.platforms.cpu import CpuPlatform
+
+        if getattr(platforms, "_current_platform", None) is None:
+            platforms._current_platform = CpuPlatform()
+    except Exception:
+        pass
+
+
 def main():
+    force_cpu_platform()
     mode = sys.argv[1]
     judge = Judge()
-    if mode == "corpus":
-        json.dump(corpus(judge), sys.stdout)
+    if mode == "corpus":  # vLLM logs to stdout: the result goes to the file named next
+        with open(sys.argv[2], "w") as handle:
+            json.dump(corpus(judge), handle)
         return
     out = []
     for argv in json.load(sys.stdin):
