@@ -125,16 +125,45 @@ def pinned(wheel_path: Path, dist: str) -> Optional[str]:
     return None
 
 
+KEEP_VENVS = int(os.environ.get("GPUDOCTOR_TEST_KEEP_VENVS", "8"))
+IDLE_BEFORE_EVICTION_S = 30 * 60
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _evict(keep: int) -> None:
+    """Each venv of a real release takes 1–5 GB: keep the ``keep`` most recently used, and never
+    one used in the last half hour (another test process may be in it)."""
+    import time
+
+    if not VENVS.is_dir():
+        return
+    built = sorted((p for p in VENVS.iterdir() if (p / ".complete").exists()),
+                   key=lambda p: (p / ".complete").stat().st_mtime, reverse=True)
+    for old in built[keep:]:
+        if time.time() - (old / ".complete").stat().st_mtime > IDLE_BEFORE_EVICTION_S:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def venv_with(*reqs: str, extra: Sequence[str] = (), python: str = sys.executable) -> Path:
     """A cached venv holding the wheels ``reqs`` (each ``name==version``) installed ``--no-deps``,
     then ``extra`` requirements installed normally (with their dependencies). Returns its python."""
-    key_text = "\n".join([python, sys.version, *sorted(reqs), "--", *sorted(extra)])
+    # Keyed on the base interpreter, not the venv a test runs in: every checkout shares the cache.
+    base = os.path.realpath(getattr(sys, "_base_executable", python)) if python == sys.executable else python
+    key_text = "\n".join([base, sys.version, *sorted(reqs), "--", *sorted(extra)])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     names = "-".join(r.split("==")[0] + r.split("==")[-1] for r in reqs)[:60]
     target = VENVS / f"{names}-{key}"
     done = target / ".complete"
     if done.exists():
+        _touch(done)
         return target / "bin" / "python"
+    _evict(keep=KEEP_VENVS)
     files = [str(wheel(*req.split("==", 1))) for req in reqs]
     with _locked(VENVS / f".{key}.lock"):
         if done.exists():
