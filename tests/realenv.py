@@ -141,12 +141,17 @@ def _evict(keep: int) -> None:
     one used in the last half hour (another test process may be in it)."""
     import time
 
+    def last_used(venv: Path) -> float:
+        try:
+            return (venv / ".complete").stat().st_mtime
+        except OSError:  # being built or removed by another process
+            return time.time()
+
     if not VENVS.is_dir():
         return
-    built = sorted((p for p in VENVS.iterdir() if (p / ".complete").exists()),
-                   key=lambda p: (p / ".complete").stat().st_mtime, reverse=True)
+    built = sorted(VENVS.iterdir(), key=last_used, reverse=True)
     for old in built[keep:]:
-        if time.time() - (old / ".complete").stat().st_mtime > IDLE_BEFORE_EVICTION_S:
+        if old.is_dir() and time.time() - last_used(old) > IDLE_BEFORE_EVICTION_S:
             shutil.rmtree(old, ignore_errors=True)
 
 
