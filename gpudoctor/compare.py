@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -69,6 +70,7 @@ NOISE: Tuple[str, ...] = (
     "gpu.*.utilization*",
     "processes.*",
     "*.elapsed*",
+    "packages.*.checked",  # how many RECORD files the probe checked: its budget, not the machine
     "*.took*",
 )
 
@@ -128,6 +130,9 @@ class Comparison:
     other: List[Difference] = field(default_factory=list)
     noise: List[Difference] = field(default_factory=list)
     same: int = 0  # paths present on both sides and equal
+    # Facts only one side collected (an older gpudoctor, a probe that did not run there): not a
+    # difference between the machines, so never one that matters; listed apart.
+    one_sided: List[Difference] = field(default_factory=list)
 
     @property
     def differences(self) -> List[Difference]:
@@ -158,11 +163,30 @@ def is_noise(path: str) -> bool:
 
 
 def flatten(snapshot: Snapshot) -> Dict[str, Side]:
-    """path -> Side. Ok dict values become one entry per key; secret-named keys are masked."""
+    """path -> Side. Ok dict values become one entry per key; secret-named keys are masked.
+
+    Under ``packages.`` distribution names are compared as PEP 503 normalises them (``Jinja2``
+    and ``jinja2``, ``absl_py`` and ``absl-py`` are one distribution)."""
     out: Dict[str, Side] = {}
     for path, fact in snapshot.facts.items():
+        if path.startswith("packages.") and fact.ok:
+            fact = Fact(_normalized_names(fact.value), fact.status, fact.source, fact.detail)
         _flatten_fact(path, fact, out)
     return out
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503: runs of -, _ and . are one -, case folded."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _normalized_names(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {canonical_name(k) if isinstance(k, str) else k: _normalized_names(v) if k not in ("name", "dist") else
+                (canonical_name(v) if isinstance(v, str) else v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalized_names(item) for item in value]
+    return value
 
 
 def _flatten_fact(path: str, fact: Fact, out: Dict[str, Side]) -> None:
@@ -202,12 +226,35 @@ def compare(a: Snapshot, b: Snapshot) -> Comparison:
         diff = Difference(path, kind, la or Side(False), rb or Side(False), rank(path))
         if is_noise(path):
             result.noise.append(diff)
+        elif _not_collected(path, la, rb, a, b):
+            result.one_sided.append(diff)
         elif diff.matters:
             result.matters.append(diff)
         else:
             result.other.append(diff)
     result.matters.sort(key=lambda d: (d.rank, natural_key(d.path)))
     return result
+
+
+def _not_collected(path: str, la: Optional[Side], rb: Optional[Side], a: Snapshot, b: Snapshot) -> bool:
+    """One snapshot lacks the fact altogether and the other's says nothing (absent, not run, empty):
+    an older gpudoctor or a probe that did not run there, not a difference between the machines.
+    A value on one side only (vLLM 0.11.0 here, nothing there; a second GPU) still counts."""
+    if la is not None and rb is not None:
+        return False
+    missing, present = (a, rb) if la is None else (b, la)
+    if _fact_of(path, missing) is not None:
+        return False  # a key missing inside a fact both collected (an unset variable): a difference
+    return present is None or present.status != "ok" or present.value in (None, "", [], {}, False)
+
+
+def _fact_of(path: str, snapshot: Snapshot) -> Optional[str]:
+    """The fact a flattened path belongs to (``env`` for ``env.CUDA_HOME``), None when the snapshot lacks it."""
+    parts = path.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in snapshot.facts:
+            return ".".join(parts[:end])
+    return None
 
 
 def summary(snapshot: Snapshot) -> str:

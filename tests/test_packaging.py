@@ -72,6 +72,10 @@ def test_wheel_contents(wheel):
     assert "gpudoctor = gpudoctor.cli:main" in scripts
     for dep in ("packaging", "psutil", "nvidia-ml-py", "rich"):
         assert f"Requires-Dist: {dep}" in metadata
+    requires = [line.split(":", 1)[1].split(";")[0].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert not [r for r in requires if r.startswith("importlib")], requires  # only what gpudoctor imports
+    assert "License-Expression: Apache-2.0" in metadata  # SPDX (PEP 639), not the deprecated table
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
 
 @pytest.mark.slow

@@ -82,7 +82,11 @@ def venv(tmp_path_factory):
     (src / "pyproject.toml").write_text(PYPROJECT, encoding="utf-8")
     (src / "acme_rules.py").write_text(PACK, encoding="utf-8")
     (src / "acme_broken.py").write_text("raise ImportError('acme_broken needs the acme SDK')\n", encoding="utf-8")
-    built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", work / "dist", src], cwd=work)
+    import importlib.util
+
+    # setuptools here: build with it; else an isolated build gets it from the index (or PIP_FIND_LINKS offline)
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", work / "dist", src], cwd=work)
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = (work / "dist").glob("gpudoctor_acme_rules-1.0.0-*.whl")
     env_dir = work / "venv"

@@ -71,6 +71,7 @@ def run(args, io: IO) -> int:
             "matters": [d.to_json() for d in result.matters],
             "other": [d.to_json() for d in result.other],
             "noise": [d.to_json() for d in result.noise],
+            "one_sided": [d.to_json() for d in result.one_sided],
             "equal_facts": result.same,
             "rule_outcomes": [c.to_json() for c in changes],
         }
@@ -92,14 +93,15 @@ def render_text(args, a, b, result, changes) -> str:
     groups = [("Differences that matter", result.matters), ("Other differences", result.other)]
     if args.verbose:
         groups.append(("Noise (not counted)", result.noise))
-    every = result.matters + result.other + (result.noise if args.verbose else [])
+        groups.append(("Collected on one side only (not counted)", result.one_sided))
+    every = result.matters + result.other + (result.noise + result.one_sided if args.verbose else [])
     width = min(44, max((len(d.path) for d in every), default=10))
     for title, diffs in groups:
         if not diffs:
             continue
         out.append(f"{title} ({len(diffs)}):")
         for d in diffs:
-            absent = "(unset)" if d.path.startswith("env.") else "(not collected)"
+            absent = "(unset)" if d.path.startswith("env.") else "(not installed)" if d.path.startswith("packages.") else "(not collected)"
             out.append(f"  {d.path:<{width}}  {d.a.display(absent=absent)}  ->  {d.b.display(absent=absent)}")
         out.append("")
     if changes:
@@ -109,6 +111,10 @@ def render_text(args, a, b, result, changes) -> str:
         out.append("")
     if result.noise and not args.verbose:
         out.append(f"Set aside as noise: {len(result.noise)} (probe timings, free/used memory, GPU processes); -v lists them.")
+    if result.one_sided and not args.verbose:
+        facts = sorted({p.split(".")[0] + "." + p.split(".")[1] if "." in p else p for p in (d.path for d in result.one_sided)})
+        shown = ", ".join(facts[:6]) + (f" and {len(facts) - 6} more" if len(facts) > 6 else "")
+        out.append(f"Collected on one side only, not compared: {len(result.one_sided)} ({shown}); -v lists them.")
     if not result.differences:
         verdict = "the two snapshots agree on every fact that is compared: exit 0"
     elif result.matters:

@@ -24,7 +24,15 @@ if ls .whl/venv/*.whl >/dev/null 2>&1; then
   ls /tmp/vllm-venv/bin >>"$OUT/all/venv.log" 2>&1
 fi
 log "install gpudoctor"
-python3 -m pip install -q --no-deps --no-build-isolation . >"$OUT/all/install.log" 2>&1 || log "install failed"
+# Its build backend is setuptools>=77 (SPDX license); the machine's own setuptools may be older,
+# and --no-build-isolation builds with whatever is importable: put the carried one first.
+BUILD_PATH=""
+if ls .whl/build/setuptools-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/buildtools .whl/build/setuptools-*.whl .whl/build/wheel-*.whl \
+    >"$OUT/all/buildtools.log" 2>&1 && BUILD_PATH=/tmp/buildtools
+fi
+PYTHONPATH="${BUILD_PATH}${BUILD_PATH:+:}${PYTHONPATH:-}" python3 -m pip install -q --no-deps --no-build-isolation . \
+  >"$OUT/all/install.log" 2>&1 || log "install failed"
 { nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } >"$OUT/all/machine.txt" 2>&1
 
 names=("$@")
