@@ -86,6 +86,13 @@ def run(args, io: IO) -> int:
     except launch_parser.CommandFileError as exc:
         raise UsageError(str(exc)) from None
 
+    inferred = None
+    if python is None and not args.snapshot:
+        # `preflight -- /opt/venv/bin/vllm serve …`: the machine checks inspect that venv, as
+        # --python would (the README's systemd / Kubernetes recipe runs gpudoctor from elsewhere).
+        inferred = launch_probe.command_python(launch.argv, dict(io.environ))
+        if inferred is not None:
+            args.python = inferred[0]
     port = facts.get("launch.port")
     launch_port = port.value.get("port") if port is not None and port.ok else None
     args.port = args.port if args.port is not None else (launch_port if isinstance(launch_port, int) else 8000)
@@ -103,6 +110,9 @@ def run(args, io: IO) -> int:
     snapshot.update(facts)
     result = run_rules(snapshot, rules)
     result.notes.extend(preflight_notes(snapshot))
+    if inferred is not None:
+        result.notes.append(f"checked the Python environment of {inferred[0]} ({inferred[1]}), where the command runs; "
+                            "--python PY chooses another")
     result.notes.extend(registry.pack_notes())
     if args.verbose:
         for text in debug + result.debug:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import traceback
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -278,6 +279,52 @@ def build_facts(location: "vllm_source.Location", environ: Dict[str, str], debug
         except Exception:
             continue
     return out
+
+
+def command_python(program_argv: Sequence[str], environ: Dict[str, str]) -> Optional[Tuple[str, str]]:
+    """(interpreter, how it was found) that the launch command runs under, when that is another
+    environment than gpudoctor's own: the shebang of its ``vllm`` script (``/opt/venv/bin/vllm``)
+    or its ``python`` (``/opt/venv/bin/python -m vllm.entrypoints…``). None: ours, or not found.
+
+    preflight inspects that interpreter for every rule, as ``--python`` would: the venv the
+    server will really run in is the one whose torch pins and kernels matter."""
+    import shutil
+    import sys
+
+    if not program_argv:
+        return None
+    program = program_argv[0]
+    base = os.path.basename(program)
+    path = environ.get("PATH", os.defpath)
+    resolved = program if os.sep in program else shutil.which(program, path=path)
+    if not resolved or not os.path.isfile(resolved):
+        return None
+    if base == "vllm":
+        interp = vllm_source._shebang(resolved)
+        if interp and os.sep not in interp:
+            interp = shutil.which(interp, path=path)
+        how = f"the interpreter of {resolved}"
+    elif re.match(r"^python[0-9.]*$", base):
+        interp, how = resolved, f"the command's {program}"
+    else:
+        return None
+    if not interp or not os.path.isfile(interp) or not os.access(interp, os.X_OK):
+        return None
+    if _same_environment(interp, sys.executable, sys.prefix):
+        return None
+    return interp, how
+
+
+def _same_environment(interp: str, own_executable: str, own_prefix: str) -> bool:
+    """A venv's python is a symlink to the base interpreter, so compare environments: the venv
+    root (the folder holding pyvenv.cfg) or, outside venvs, the executable itself."""
+    if os.path.abspath(interp) == os.path.abspath(own_executable):
+        return True
+    root = os.path.dirname(os.path.dirname(os.path.abspath(interp)))
+    if os.path.isfile(os.path.join(root, "pyvenv.cfg")):
+        return os.path.realpath(root) == os.path.realpath(own_prefix)
+    return os.path.realpath(interp) == os.path.realpath(own_executable) and not os.path.isfile(
+        os.path.join(own_prefix, "pyvenv.cfg"))
 
 
 def exec_env(launch: parser.Launch, environ: Dict[str, str]) -> Dict[str, str]:
