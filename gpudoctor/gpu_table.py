@@ -48,7 +48,7 @@ _COMPILED = tuple((re.compile(pattern, re.I), cc, family) for pattern, cc, famil
 KNOWN_CCS = ("5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9",
              "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
 
-EXAMPLES = "sm_80, sm_90a, 8.6, 86, A100, H100, \"RTX 4090\""
+EXAMPLES = "sm_80, sm_90a, 8.6, 86, A100, H100, \"RTX 4090\", 2xH100-80GB, 8xA100-40GB"
 
 
 def cc_for_name(name: Optional[str]) -> Optional[str]:
@@ -68,11 +68,38 @@ def family_for_cc(cc: str) -> str:
     return ""
 
 
+# Memory of the products whose name fixes it, in MiB as NVML reports memory.total on real boards
+# (H200 143771, H100 SXM 81559, L40S 46068: tests/fixtures/snapshots and shared/fixtures/public
+# nvidia-smi output; the others NVIDIA's product pages in GiB, rounded down). A100, A800, V100,
+# A30/A40 and B200 configurations differ: give the memory (`A100-80GB`) or it stays unknown.
+TABLE_MEMORY_MIB: Tuple[Tuple[str, int], ...] = (
+    (r"\bGH200\b", 97871),
+    (r"\bH200\b", 143771),
+    (r"\bH100\b.*\bNVL\b", 95830),
+    (r"\bH100\b|\bH800\b", 81559),
+    (r"\bL40S?\b", 46068),
+    (r"\bL4\b", 23034),
+    (r"\bA10G?\b", 23028),
+    (r"\bT4\b", 15360),
+    (r"RTX 4090", 24564),
+)
+
+
+def table_memory(name: str) -> Optional[int]:
+    """Bytes of memory a product name implies, or None when the name does not fix it."""
+    for pattern, mib in TABLE_MEMORY_MIB:
+        if re.search(pattern, name, re.I):
+            return mib * 2**20
+    return None
+
+
 @dataclass
 class GpuSpec:
     cc: str  # "8.0"
     name: str  # what to call it in findings
     variant: str = ""  # "a" or "f" when the spec named an arch-specific target (sm_90a)
+    count: int = 1  # `2xH100`: GPUs in the target machine
+    memory: Optional[int] = None  # bytes per GPU (`-80GB`, or the product's table memory)
 
     @property
     def sm(self) -> int:
@@ -89,11 +116,39 @@ _DOTTED = re.compile(r"^(\d{1,2})\.(\d)$")
 _NUMBER = re.compile(r"^(\d{2,3})$")
 
 
+_COUNT = re.compile(r"^(\d{1,3})\s*[x×*]\s*(.+)$", re.I)
+_MEMORY = re.compile(r"^(.*?)[\s_-]+(\d{1,4}(?:\.\d+)?)\s*(G|GB|GiB|T|TB|TiB)$", re.I)
+MAX_COUNT = 1024
+
+
 def parse_spec(text: str) -> GpuSpec:
-    """``sm_80`` / ``compute_90a`` / ``8.6`` / ``86`` / a product name → GpuSpec; SpecError otherwise."""
+    """``[N x]GPU[-MEM]``: ``2xH100-80GB``, ``8xA100-40GB``, ``"A100 80GB"``, ``H200`` (its table
+    memory), ``sm_80`` / ``compute_90a`` / ``8.6`` / ``86`` → GpuSpec; SpecError otherwise."""
     spec = (text or "").strip()
     if not spec:
         raise SpecError(f"--gpu needs a GPU: {EXAMPLES}")
+    count = 1
+    counted = _COUNT.match(spec)
+    if counted:
+        count = int(counted.group(1))
+        if not 1 <= count <= MAX_COUNT:
+            raise SpecError(f"--gpu {text!r}: the GPU count must be between 1 and {MAX_COUNT}")
+        spec = counted.group(2).strip()
+    memory = None
+    sized = _MEMORY.match(spec)
+    if sized and sized.group(1).strip():
+        amount = float(sized.group(2)) * (1024 if sized.group(3).upper().startswith("T") else 1)
+        if not 1 <= amount <= 4096:
+            raise SpecError(f"--gpu {text!r}: {sized.group(2)}{sized.group(3)} is not a GPU's memory")
+        memory = int(amount * 2**30)
+        spec = sized.group(1).strip()
+    found = _parse_one(spec)
+    found.count = count
+    found.memory = memory if memory is not None else table_memory(found.name)
+    return found
+
+
+def _parse_one(spec: str) -> GpuSpec:
     match = _ARCH.match(spec) or _NUMBER.match(spec)
     if match:
         number = int(match.group(1))
@@ -115,7 +170,8 @@ def parse_spec(text: str) -> GpuSpec:
 
 
 def override_snapshot(snapshot, spec: GpuSpec, text: str) -> None:
-    """Replace the snapshot's GPUs by one synthetic GPU of ``spec`` (source "--gpu").
+    """Replace the snapshot's GPUs by ``spec.count`` synthetic GPUs of ``spec`` (source "--gpu"),
+    with their memory when the spec gives or implies it.
 
     Driver facts stay as they were (absent on a CPU build box); rules that judge kernels and
     arch lists then judge against this GPU.
@@ -125,9 +181,17 @@ def override_snapshot(snapshot, spec: GpuSpec, text: str) -> None:
     for path in [p for p in snapshot.facts if p.startswith("gpu.")]:
         del snapshot.facts[path]
     source = f"--gpu {text}"
-    snapshot.facts["gpu.count"] = ok(1, source)
-    snapshot.facts["gpu.0.name"] = ok(spec.name, source)
-    snapshot.facts["gpu.0.compute_capability"] = ok(spec.cc, source)
+    snapshot.facts["gpu.count"] = ok(spec.count, source)
+    for index in range(spec.count):
+        snapshot.facts[f"gpu.{index}.name"] = ok(spec.name, source)
+        snapshot.facts[f"gpu.{index}.compute_capability"] = ok(spec.cc, source)
+        if spec.memory is not None:
+            # The target machine's GPUs, idle: all of the memory free, no other processes.
+            snapshot.facts[f"gpu.{index}.memory_total"] = ok(spec.memory, source)
+            snapshot.facts[f"gpu.{index}.memory_free"] = ok(spec.memory, source, "assumed idle")
+            snapshot.facts[f"gpu.{index}.memory_used"] = ok(0, source, "assumed idle")
+            snapshot.facts[f"gpu.{index}.memory_reserved"] = ok(0, source, "assumed idle")
+            snapshot.facts[f"gpu.{index}.processes"] = ok([], source, "assumed idle")
     snapshot.meta["gpu_override"] = text
 
 

@@ -40,7 +40,8 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default="/", help=argparse.SUPPRESS)  # fake filesystem root, for tests
     parser.add_argument("--python", metavar="PY", help="inspect the environment of this interpreter (e.g. the venv vLLM lives in) instead of gpudoctor's own")
     parser.add_argument("--deep", action="store_true", help="also import the stack's compiled extensions in a child interpreter (with a timeout) to confirm undefined-symbol errors")
-    parser.add_argument("--gpu", metavar="SPEC", help='judge kernels and arch lists against this GPU instead of the ones present: sm_80, 8.6, A100, H100, "RTX 4090"')
+    parser.add_argument("--gpu", metavar="SPEC", help='judge against this target instead of the GPUs present: [COUNTx]GPU[-MEMORY], e.g. sm_80, A100, H200, '
+                             '2xH100-80GB, 8xA100-40GB, "A100 80GB" (kernels, arch lists, TP/PP, memory fit)')
 
 
 def probe(args, io: IO, meanwhile=None):
