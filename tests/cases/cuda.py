@@ -6,14 +6,12 @@ tmp_path; kernel facts from the real fatbin reader over the H200's compiled .so 
 
 from __future__ import annotations
 
-import os
-
 from gpudoctor.probes import Context, cuda
 from gpudoctor.snapshot import Snapshot, ok
 
 from cases import Case
 from test_cuda_probe import GCC_13, NVCC_12_4, NVCC_13_0, executable, toolkit
-from test_cuda_rules import H200, binary, h200, with_gpu
+from test_cuda_rules import H200, binary, h200, shadow_snapshot, with_gpu
 
 
 def _tree(tmp):
@@ -39,16 +37,7 @@ def probed(environ, cuda_max=None, empty=False):
 
 
 def shadowed(libs, wheels):
-    def build(tmp):
-        lib = tmp / "cuda-12.1" / "lib64"
-        lib.mkdir(parents=True)
-        for real, link in libs:
-            (lib / real).write_bytes(b"")
-            os.symlink(real, lib / link)
-        snap = h200(packages__dists={name: {"name": name, "version": v, "location": "/venv"} for name, v in wheels.items()})
-        snap.facts.update(cuda.collect(Context(root=str(tmp), environ={"PATH": "", "LD_LIBRARY_PATH": str(lib)})))
-        return snap
-    return build
+    return lambda tmp: shadow_snapshot(tmp, libs, wheels)
 
 
 def gcc(cuda_version, kind, version):
