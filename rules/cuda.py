@@ -215,6 +215,11 @@ def _kernel_fix(dist: str, version: Optional[str], gpu: Dict[str, Any], snap) ->
         summary = (f"CUDA 13 removed Maxwell, Pascal and Volta (sm_5x, sm_6x, sm_70/72) from its compiler and libraries, "
                    f"so no CUDA {_fmt(torch_cuda)} build can have sm_{sm} code: this GPU needs torch and {dist} built with "
                    "CUDA 12.x (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/).")
+    if dist.startswith("nvidia-") and not summary.startswith("CUDA 13"):
+        # A CUDA library wheel (cuBLAS, cuDNN, NCCL …): its code comes with the CUDA release it belongs to.
+        return Fix(f"{dist} {version or ''} has no code for this GPU: install the {dist.rsplit('-', 1)[0]} wheel of a CUDA "
+                   f"release that supports cc {cc} (and the torch build for that CUDA).",
+                   [f"{py} -m pip install --upgrade {shlex.quote(dist)}"])
     commands = [template.format(cc=cc, sm=sm, py=py, dist=dist, version=version or "VERSION")
                 + ("  # with a CUDA 12.x torch and nvcc" if summary.startswith("CUDA 13") else "")]
     if dist not in _REBUILD:

@@ -222,3 +222,19 @@ def test_shared_object_names():
     assert kernel_scan.is_shared_object("_C.abi3.so")
     assert not kernel_scan.is_shared_object("libfoo.so.bak")
     assert not kernel_scan.is_shared_object("notes.sources")
+
+
+def test_an_nvidia_library_without_the_gpu_is_an_error_with_an_upgrade_fix(unknown_venv):
+    python, _ = unknown_venv
+    _, _, gd201 = check(python, "sm_75")  # libfake.so.13: sm_80, sm_90, PTX 9.0: nothing for 7.5
+    [finding] = [f for f in gd201["findings"] if f["message"].startswith("nvidia-fake-cu13")]
+    assert "nvidia/fake/lib/libfake.so.13 (sm_80, sm_90, compute_90)" in finding["message"]
+    assert finding["fix"]["commands"][0].endswith("-m pip install --upgrade nvidia-fake-cu13")
+
+
+def test_explain_no_kernel_image_is_confirmed_naming_the_binary(unknown_venv):
+    python, _ = unknown_venv
+    proc = gd("explain", "CUDA error: no kernel image is available for execution on the device",
+              "--python", str(python), "--gpu", "H100")
+    assert "confirmed by GD201 kernel-image-missing: team-kernels 0.3.1 has no code for GPU 0" in proc.stdout
+    assert f"{DEEP}/_sm86_only.cpython-311-x86_64-linux-gnu.so (sm_86)" in proc.stdout
