@@ -26,7 +26,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _SIG_ID = re.compile(r"^SIG-[a-z0-9]+(?:-[a-z0-9]+)*$")
 _CONFIRM_SPEC = re.compile(r"^GD(?P<prefix>\d{1,3})(?::(?P<filter>.+))?$")
-_KEYS = ("id", "title", "patterns", "cause", "fix", "commands", "sources", "confirm_rules", "facts")
+_KEYS = ("id", "key", "title", "patterns", "cause", "fix", "commands", "sources")
+_CAUSE_KEY = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
+CAUSE, SYMPTOM = "cause", "symptom"
+_GITHUB_REF = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)#(?P<number>\d+)$")
 
 
 class SignatureError(ValueError):
@@ -37,6 +40,7 @@ class SignatureError(ValueError):
 @dataclass
 class Signature:
     id: str
+    key: str  # the cause, shared by the signatures of one cause (the corpus labels its texts with it)
     title: str
     patterns: List["re.Pattern[str]"]
     cause: str
@@ -49,18 +53,37 @@ class Signature:
     exclude: List["re.Pattern[str]"] = field(default_factory=list)
     superseded_by: List[str] = field(default_factory=list)
     needles: List[Optional[List[str]]] = field(default_factory=list)  # per pattern, see needles()
+    role: str = CAUSE  # "symptom": where a program gave up (WorkerProc failed to start), never why
+    hint: str = ""  # symptoms: which earlier line names the cause
+    other_rules: List[str] = field(default_factory=list)  # rules whose failure is a *different* cause of this text
+    cannot_check: str = ""  # why no rule on a machine can confirm this cause (a model repo's files, a request)
+    thread_fixes: List[Dict[str, str]] = field(default_factory=list)  # {"fix": what fixed it, "url": the thread}
 
     def to_json(self) -> Dict[str, Any]:
         return {
             "id": self.id,
+            "key": self.key,
+            "role": self.role,
             "title": self.title,
             "patterns": [p.pattern for p in self.patterns],
             "cause": self.cause,
             "fix": self.fix,
             "commands": list(self.commands),
             "sources": list(self.sources),
+            "thread_fixes": [dict(item) for item in self.thread_fixes],
             "confirm_rules": list(self.confirm_rules),
+            "other_rules": list(self.other_rules),
+            "cannot_check": self.cannot_check or None,
         }
+
+    def source_urls(self) -> List[str]:
+        return [source_url(source) for source in self.sources]
+
+
+def source_url(source: str) -> str:
+    """``owner/repo#123`` as a link (GitHub redirects /issues/N to /pull/N); anything else as written."""
+    m = _GITHUB_REF.match(source.strip())
+    return f"https://github.com/{m.group('repo')}/issues/{m.group('number')}" if m else source
 
 
 _CACHE: Optional[List[Signature]] = None
@@ -86,25 +109,41 @@ def load_signatures(data: Optional[Sequence[Dict[str, Any]]] = None) -> List[Sig
         if not _SIG_ID.match(sig_id) or sig_id in seen:
             raise SignatureError(f"bad or duplicate signature id {sig_id!r}")
         seen.add(sig_id)
-        for spec in entry["confirm_rules"]:
+        if not _CAUSE_KEY.match(entry["key"]):
+            raise SignatureError(f"{sig_id}: key {entry['key']!r} is not a lowercase_words cause key")
+        role = entry.get("role", CAUSE)
+        if role not in (CAUSE, SYMPTOM) or (role == SYMPTOM and not entry.get("hint")):
+            raise SignatureError(f"{sig_id}: role must be cause or symptom (a symptom needs a hint)")
+        if role == CAUSE and not entry.get("confirm_rules") and not entry.get("cannot_check"):
+            raise SignatureError(f"{sig_id}: lacks confirm_rules (or cannot_check: why no rule can confirm it)")
+        for item in entry.get("thread_fixes", ()):
+            if not (isinstance(item, dict) and item.get("fix") and str(item.get("url", "")).startswith("https://")):
+                raise SignatureError(f"{sig_id}: a thread fix needs fix text and the thread's https:// url")
+        for spec in list(entry.get("confirm_rules", ())) + list(entry.get("other_rules", ())):
             if not _CONFIRM_SPEC.match(spec):
                 raise SignatureError(f"{sig_id}: confirm_rules entry {spec!r} is not GDnnn, GDn or GDn:filter")
         try:
             out.append(
                 Signature(
                     id=sig_id,
+                    key=entry["key"],
                     title=entry["title"],
                     patterns=[re.compile(p, re.I) for p in entry["patterns"]],
                     cause=entry["cause"],
                     fix=entry["fix"],
                     commands=list(entry["commands"]),
                     sources=list(entry["sources"]),
-                    confirm_rules=list(entry["confirm_rules"]),
-                    facts=list(entry["facts"]),
+                    confirm_rules=list(entry.get("confirm_rules", ())),
+                    facts=list(entry.get("facts", ())),
                     details=[re.compile(p, re.I) for p in entry.get("details", ())],
                     exclude=[re.compile(p, re.I) for p in entry.get("exclude", ())],
                     superseded_by=list(entry.get("superseded_by", ())),
                     needles=[needles(p) for p in entry["patterns"]],
+                    role=role,
+                    hint=entry.get("hint", ""),
+                    other_rules=list(entry.get("other_rules", ())),
+                    cannot_check=entry.get("cannot_check", ""),
+                    thread_fixes=[dict(item) for item in entry.get("thread_fixes", ())],
                 )
             )
         except re.error as exc:
@@ -331,7 +370,12 @@ def _shorten(line: str, limit: int = 400) -> str:
 
 
 def match_text(text: str, signatures: Optional[Sequence[Signature]] = None) -> List[Match]:
-    """Every signature found in ``text``, in database order (generic ones dropped when a specific one matched)."""
+    """Every signature found in ``text`` (generic ones dropped when a specific one matched).
+
+    Ordered as they are answered: causes by the line they first appear on (vLLM and Ray print
+    the root error far above the final traceback, so the earliest cause is the answer; on one
+    line the database order, specific before generic, decides), then the symptoms.
+    """
     signatures = list(signatures) if signatures is not None else load_signatures()
     lines = text.split("\n")
     searched = "\n".join(line[:MAX_LINE] for line in lines)
@@ -358,7 +402,52 @@ def match_text(text: str, signatures: Optional[Sequence[Signature]] = None) -> L
         if wrapped:
             found.append(wrapped)
     ids = {m.signature.id for m in found}
-    return [m for m in found if not any(s in ids for s in m.signature.superseded_by)]
+    kept = [m for m in found if not any(s in ids for s in m.signature.superseded_by)]
+    return sorted(kept, key=lambda m: (m.signature.role == SYMPTOM, m.line))
+
+
+# --- the answer for a text: the first cause ------------------------------------------------
+# A line that starts an error report: a logger's ERROR/CRITICAL, a traceback, "SomethingError:".
+_ERROR_LINE = re.compile(
+    r"(?:^|[\s\]\)|:])(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)|^\W*(?:[\w.]+\.)?\w*(?:Error|Exception)\b:",
+)
+
+
+@dataclass
+class Diagnosis:
+    matches: List[Match]  # root cause first, then later causes (likely consequences), then symptoms
+    root: Optional[Match]  # the first cause; None when only symptoms (or nothing) were recognised
+    first_error: Optional[Tuple[int, str]] = None  # with only symptoms: the first error line of the excerpt
+
+    @property
+    def symptoms(self) -> List[Match]:
+        return [m for m in self.matches if m.signature.role == SYMPTOM]
+
+    @property
+    def incomplete(self) -> bool:
+        """A failure is visible, but its cause is not in the text."""
+        return self.root is None and bool(self.symptoms)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "root_cause": self.root.signature.id if self.root else None,
+            "cause_key": self.root.signature.key if self.root else None,
+            "incomplete": self.incomplete,
+            "first_error_line": {"line": self.first_error[0], "text": self.first_error[1]} if self.first_error else None,
+        }
+
+
+def diagnose(text: str, signatures: Optional[Sequence[Signature]] = None) -> Diagnosis:
+    """The matches of ``text`` and its answer: the first cause, or "the cause is not in this excerpt"."""
+    matches = match_text(text, signatures)
+    root = next((m for m in matches if m.signature.role == CAUSE), None)
+    first_error = None
+    if root is None and matches:
+        for number, line in enumerate(text.split("\n"), 1):
+            if _ERROR_LINE.search(line[:MAX_LINE]):
+                first_error = (number, _shorten(line))
+                break
+    return Diagnosis(matches, root, first_error)
 
 
 def _match_wrapped(sig: Signature, lines: List[str], text: str) -> Optional[Match]:
@@ -414,15 +503,17 @@ def _by_id(signatures: Sequence[Signature], sig_id: str) -> Signature:
 
 
 # --- confirming on this machine ----------------------------------------------------------
-CONFIRMED = "confirmed"
-NOT_CONFIRMED = "not_confirmed"
-COULD_NOT_CHECK = "could_not_check"
+CONFIRMED = "confirmed"  # a rule that checks this very cause fails here
+DIFFERENT_CAUSE = "different_cause"  # this cause is not what is wrong here; another one that gives the same text is
+NOT_CONFIRMED = "not_confirmed"  # the rules that check this cause ran and found it absent
+COULD_NOT_CHECK = "could_not_check"  # nothing here could check it (a needed fact is missing, no rule, needs the launch command)
+_VERDICT_ORDER = {CONFIRMED: 0, DIFFERENT_CAUSE: 1, NOT_CONFIRMED: 2, COULD_NOT_CHECK: 3}
 
 
 @dataclass
 class Check:
-    kind: str  # confirmed | not_confirmed | could_not_check
-    rule: str  # a rule ID, or the spec that named no rule ("GD6", "GD602")
+    kind: str  # confirmed | different_cause | not_confirmed | could_not_check
+    rule: str  # a rule ID, or the spec that named no rule ("GD6", "GD602"); "" for a signature's cannot_check
     name: str
     text: str
 
@@ -455,7 +546,11 @@ def area_title(digit: str) -> str:
 
 
 def resolve_confirm_rules(specs: Iterable[str], catalogue: Sequence[RuleMeta]) -> Tuple[List[RuleMeta], List[Check]]:
-    """The rules a signature names (IDs, prefixes, prefixes with a name filter), and what names none."""
+    """The rules a signature names (IDs, prefixes, prefixes with a name filter), and what names none.
+
+    On a full ID (``GD503:torch``) the filter is not about the rule but about its findings:
+    only findings whose text matches it are this cause (see ``finding_filters``).
+    """
     chosen: List[RuleMeta] = []
     missing: List[Check] = []
     for spec in specs:
@@ -488,8 +583,26 @@ def resolve_confirm_rules(specs: Iterable[str], catalogue: Sequence[RuleMeta]) -
     return chosen, missing
 
 
+def finding_filters(specs: Iterable[str]) -> Dict[str, "re.Pattern[str]"]:
+    """``GD503:torch`` -> {"GD503": /torch/}: a finding of GD503 is this cause only when it mentions torch."""
+    out: Dict[str, "re.Pattern[str]"] = {}
+    for spec in specs:
+        m = _CONFIRM_SPEC.match(spec)
+        if m and len(m.group("prefix")) == 3 and m.group("filter"):
+            try:
+                out["GD" + m.group("prefix")] = re.compile(m.group("filter"), re.I)
+            except re.error:
+                continue
+    return out
+
+
 def confirm(signature: Signature, snapshot: Snapshot, catalogue: Optional[Sequence[RuleMeta]] = None) -> Confirmation:
-    """Run the rules ``signature`` names on ``snapshot`` and say what they show."""
+    """Run the rules ``signature`` names on ``snapshot`` and say what they show.
+
+    Only the rules of ``confirm_rules`` can confirm: each checks this very cause. A failing rule
+    of ``other_rules`` is a *different* cause that gives the same error text (no driver at all
+    when the text says the driver is too old): that is said as such, never as a confirmation.
+    """
     from gpudoctor.engine import run_rules
 
     if catalogue is None:
@@ -497,26 +610,50 @@ def confirm(signature: Signature, snapshot: Snapshot, catalogue: Optional[Sequen
 
         catalogue = registry.load_rules()
     rules, checks = resolve_confirm_rules(signature.confirm_rules, catalogue)
-    result = run_rules(snapshot, rules)
+    others, _ = resolve_confirm_rules(signature.other_rules, catalogue)  # an absent rival rule is no news
+    others = [meta for meta in others if meta not in rules]
+    filters = finding_filters(signature.confirm_rules)
     ordered: List[Check] = []
-    for outcome in result.outcomes:
-        meta = outcome.rule
+    for outcome in run_rules(snapshot, rules).outcomes:
+        ordered.extend(_checks_of(outcome, filters.get(outcome.rule.id)))
+    for outcome in run_rules(snapshot, others).outcomes:
         if outcome.status == FAIL:
+            meta = outcome.rule
             for finding in outcome.findings:
                 subject = f" [{finding.subject}]" if finding.subject else ""
-                ordered.append(Check(CONFIRMED, meta.id, meta.name, f"{finding.message}{subject}"))
-        elif outcome.status == PASS:
-            ordered.append(Check(NOT_CONFIRMED, meta.id, meta.name, "passed"))
-        elif outcome.status == NOT_APPLICABLE:
-            ordered.append(Check(NOT_CONFIRMED, meta.id, meta.name, f"not applicable ({outcome.reason})"))
-        elif outcome.status == UNKNOWN:
-            ordered.append(Check(COULD_NOT_CHECK, meta.id, meta.name, outcome.reason))
+                ordered.append(Check(DIFFERENT_CAUSE, meta.id, meta.name, f"{finding.message}{subject}"))
     ordered.extend(checks)
-    order = {CONFIRMED: 0, NOT_CONFIRMED: 1, COULD_NOT_CHECK: 2}
-    ordered.sort(key=lambda check: order[check.kind])
+    if signature.cannot_check:
+        ordered.append(Check(COULD_NOT_CHECK, "", "", signature.cannot_check))
+    ordered.sort(key=lambda check: _VERDICT_ORDER[check.kind])
     kinds = {check.kind for check in ordered}
-    verdict = CONFIRMED if CONFIRMED in kinds else NOT_CONFIRMED if NOT_CONFIRMED in kinds else COULD_NOT_CHECK
+    verdict = min(kinds, key=_VERDICT_ORDER.get) if kinds else COULD_NOT_CHECK
     return Confirmation(verdict, ordered, relevant_facts(signature, snapshot))
+
+
+def _checks_of(outcome: Any, wanted: Optional["re.Pattern[str]"]) -> List[Check]:
+    meta = outcome.rule
+    if outcome.status == FAIL:
+        out, unrelated = [], 0
+        for finding in outcome.findings:
+            subject = f" [{finding.subject}]" if finding.subject else ""
+            text = f"{finding.message}{subject}"
+            if wanted is not None and not wanted.search(text):
+                unrelated += 1  # this rule found something, but not this cause (GD503 about another package)
+                continue
+            out.append(Check(CONFIRMED, meta.id, meta.name, text))
+        if not out:
+            out.append(Check(NOT_CONFIRMED, meta.id, meta.name, f"found {unrelated} other problem{'s' * (unrelated != 1)}, not this one"))
+        return out
+    if outcome.status == PASS:
+        return [Check(NOT_CONFIRMED, meta.id, meta.name, "passed")]
+    if outcome.status == NOT_APPLICABLE:
+        if meta.area == "launch":  # a launch rule without a launch command: it could not look
+            return [Check(COULD_NOT_CHECK, meta.id, meta.name, f"needs the launch command: gpudoctor preflight -- vllm serve MODEL … ({outcome.reason})")]
+        return [Check(NOT_CONFIRMED, meta.id, meta.name, f"not applicable ({outcome.reason})")]
+    if outcome.status == UNKNOWN:
+        return [Check(COULD_NOT_CHECK, meta.id, meta.name, outcome.reason)]
+    return []
 
 
 def relevant_facts(signature: Signature, snapshot: Snapshot, limit: int = 12) -> List[Tuple[str, str]]:

@@ -31,11 +31,13 @@ from __future__ import annotations
 SIGNATURES = (
     {
         "id": "SIG-no-kernel-image",
+        "key": "no_kernel_image",
         "title": "CUDA has no kernel for this GPU (no kernel image is available)",
         "patterns": [
             r"no kernel image is available for execution on the device",
             r"cudaErrorNoKernelImageForDevice",
             r"CUDA_ERROR_NO_BINARY_FOR_GPU",
+            r"has no device code compatible with CUDA arch (?P<arch>\d+)",  # llama.cpp / ggml
             r"(?P<gpu>[A-Z][^\n]{0,80}?) with CUDA capability (?P<sm>sm_\d+[af]?) is not compatible with the current PyTorch installation",
         ],
         "cause": (
@@ -56,11 +58,12 @@ SIGNATURES = (
             "vllm-project/vllm#19906", "vllm-project/vllm#14452", "vllm-project/vllm#16307",
             "vllm-project/vllm#4604", "vllm-project/vllm#11485", "gpustack/gpustack#2097", "pytorch/pytorch#31285",
         ],
-        "confirm_rules": ["GD201", "GD502", "GD401", "GD4:arch|kernel|capab|sass|ptx"],
+        "confirm_rules": ["GD201", "GD502"],
         "facts": ["gpu.*.name", "gpu.*.compute_capability", "torch.version", "torch.cuda", "env.TORCH_CUDA_ARCH_LIST"],
     },
     {
         "id": "SIG-flash-attn-undefined-symbol",
+        "key": "torch_abi_undefined_symbol",
         "title": "flash-attn's compiled extension does not match the installed torch (undefined symbol)",
         "patterns": [
             r"flash_attn[^\s:'\"]*\.(?:so|pyd)\b[^\n]*?undefined symbol:?\s*(?P<symbol>[\w.@$]+)",
@@ -86,11 +89,12 @@ SIGNATURES = (
             "Dao-AILab/flash-attention#975", "Dao-AILab/flash-attention#784", "Dao-AILab/flash-attention#931",
             "Dao-AILab/flash-attention#966", "Dao-AILab/flash-attention#1816",
         ],
-        "confirm_rules": ["GD404", "GD4:torch|abi|symbol|build|mismatch"],
+        "confirm_rules": ["GD404"],
         "facts": ["torch.version", "torch.cuda", "flash_attn.*"],
     },
     {
         "id": "SIG-vllm-c-undefined-symbol",
+        "key": "torch_abi_undefined_symbol",
         "title": "vLLM's compiled extension does not match the installed torch (undefined symbol in vllm._C)",
         "patterns": [
             r"vllm[/\\][^\s:'\"]*\.(?:so|pyd)\b[^\n]*?undefined symbol:?\s*(?P<symbol>[\w.@$]+)",
@@ -113,13 +117,19 @@ SIGNATURES = (
             "vllm-project/vllm#13608", "vllm-project/vllm#5501", "vllm-project/vllm#15010",
             "vllm-project/vllm#20361", "vllm-project/vllm#21226", "vllm-project/vllm#28199",
         ],
-        "confirm_rules": ["GD510", "GD503", "GD5:abi|symbol"],
+        "confirm_rules": ["GD510"],
         "facts": ["torch.version", "torch.cuda", "vllm.*", "packages.stack"],
     },
     {
         "id": "SIG-torch-extension-undefined-symbol",
+        "key": "torch_abi_undefined_symbol",
         "title": "A compiled extension was built against another torch (undefined symbol _ZN3c10… / _ZN2at…)",
-        "patterns": [r"undefined symbol:?\s*(?P<symbol>_ZN(?:3c10|2at|5torch)[\w.@$]*)"],
+        "patterns": [
+            r"undefined symbol:?\s*(?P<symbol>_ZN(?:3c10|2at|5torch)[\w.@$]*)",
+            # macOS (dyld) words it differently and adds a leading underscore
+            r"Symbol not found:\s*'?(?P<symbol>__ZN(?:3c10|2at|5torch)[\w.@$]*)",
+            r"symbol not found in flat namespace\s*'(?P<symbol>__ZN(?:3c10|2at|5torch)[\w.@$]*)'",
+        ],
         "superseded_by": ["SIG-flash-attn-undefined-symbol", "SIG-vllm-c-undefined-symbol"],
         "cause": (
             "A C++/CUDA extension (xformers, flashinfer, a custom kernel) references torch C++ symbols "
@@ -128,12 +138,13 @@ SIGNATURES = (
         ),
         "fix": "Reinstall the extension built for this torch, or rebuild it with --no-build-isolation against it.",
         "commands": ["python3 -m pip list 2>/dev/null | grep -iE '^(torch|xformers|flashinfer|flash.attn)'"],
-        "sources": ["research/facts.md §7", "Dao-AILab/flash-attention#853", "vllm-project/vllm#3630"],
-        "confirm_rules": ["GD510", "GD503", "GD404", "GD4:torch|abi|symbol"],
+        "sources": ["Dao-AILab/flash-attention#853", "vllm-project/vllm#3630", "meta-pytorch/csprng#78", "open-mmlab/mmcv#3161"],
+        "confirm_rules": ["GD510", "GD503:requires.*\\btorch\\b", "GD404"],
         "facts": ["torch.version", "torch.cuda"],
     },
     {
         "id": "SIG-nvml-driver-library-mismatch",
+        "key": "nvml_driver_library_mismatch",
         "title": "NVML: driver/library version mismatch (driver upgraded without reboot)",
         "patterns": [
             r"Failed to initialize NVML:\s*Driver/library version mismatch",
@@ -154,6 +165,11 @@ SIGNATURES = (
             "sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia  # instead of a reboot",
             "sudo apt-mark hold 'nvidia-*' 'libnvidia-*'",
         ],
+        "thread_fixes": [
+            {"fix": "reinstall the driver whose user-space version matches the loaded module (570.124.04 != 570.124.06)",
+             "url": "https://github.com/tinygrad/open-gpu-kernel-modules/issues/47"},
+            {"fix": "reboot after the driver upgrade so the new kernel module is loaded", "url": "https://github.com/canonical/ubuntu-server-documentation/pull/369"},
+        ],
         "sources": [
             "NVIDIA/ubuntu-packaging-nvidia-driver#3", "mozilla/translations#1167", "lyulyul/shine-cluster#30",
             "tinygrad/open-gpu-kernel-modules#47", "intel/llvm#17614",
@@ -163,6 +179,7 @@ SIGNATURES = (
     },
     {
         "id": "SIG-driver-insufficient",
+        "key": "driver_too_old",
         "title": "The NVIDIA driver is too old for the CUDA runtime (driver version is insufficient)",
         "patterns": [
             r"CUDA driver version is insufficient for CUDA runtime version",
@@ -187,11 +204,14 @@ SIGNATURES = (
             "ovg-project/kvcached#74", "nagadomi/nunif#702", "vllm-project/vllm#1907", "vllm-project/vllm#4940",
             "vllm-project/vllm#5283", "mlcommons/inference#54",
         ],
-        "confirm_rules": ["GD103", "GD101", "GD204"],
+        "confirm_rules": ["GD103", "GD204"],
+        # No driver at all, or one whose library and module differ, is another cause than "too old".
+        "other_rules": ["GD101", "GD102"],
         "facts": ["driver.version", "driver.cuda_max", "torch.version", "torch.cuda"],
     },
     {
         "id": "SIG-cuda-804-forward-compat",
+        "key": "cuda_forward_compat_unsupported",
         "title": "CUDA error 804: forward compatibility was attempted on non-supported hardware",
         "patterns": [
             r"Error 804:?\s*forward compatibility was attempted on non supported HW",
@@ -211,11 +231,13 @@ SIGNATURES = (
         "sources": [
             "gpustack/gpustack#1254", "gpustack/gpustack#1540", "vllm-project/vllm#5510", "vllm-project/vllm#4940",
         ],
-        "confirm_rules": ["GD103", "GD207", "GD2:compat|forward"],
+        "confirm_rules": ["GD103", "GD207"],
+        "other_rules": ["GD101"],
         "facts": ["driver.version", "driver.cuda_max", "gpu.*.name", "torch.cuda", "env.LD_LIBRARY_PATH"],
     },
     {
         "id": "SIG-cuda-803-driver-combination",
+        "key": "cuda_driver_combination_unsupported",
         "title": "CUDA error 803: unsupported display driver / CUDA driver combination",
         "patterns": [
             r"Error 803:?\s*system has unsupported display driver\s*/\s*cuda driver combination",
@@ -238,11 +260,13 @@ SIGNATURES = (
         "sources": [
             "gpustack/gpustack#4678", "llm-d/llm-d#706", "vllm-project/vllm#33447", "vllm-project/vllm#15335",
         ],
-        "confirm_rules": ["GD102", "GD207", "GD2:compat|ldconfig"],
+        "confirm_rules": ["GD102", "GD207"],
+        "other_rules": ["GD101"],
         "facts": ["driver.version", "driver.library_path", "env.LD_LIBRARY_PATH", "host.container"],
     },
     {
         "id": "SIG-cuda-802-not-initialized",
+        "key": "cuda_system_not_initialized",
         "title": "CUDA error 802: system not yet initialized (fabric manager not running)",
         "patterns": [
             r"Error 802:?\s*system not yet initialized",
@@ -270,6 +294,7 @@ SIGNATURES = (
     },
     {
         "id": "SIG-unsupported-ptx-toolchain",
+        "key": "ptx_unsupported_toolchain",
         "title": "PTX built by a newer CUDA than the driver can compile (unsupported toolchain)",
         "patterns": [
             r"the provided PTX was compiled with an unsupported toolchain",
@@ -289,16 +314,20 @@ SIGNATURES = (
             "vllm-project/vllm#31700", "vllm-project/vllm#37140", "vllm-project/vllm#28305", "vllm-project/vllm#50872",
             "ztxz16/fastllm#649",
         ],
-        "confirm_rules": ["GD202", "GD103", "GD204"],
+        "confirm_rules": ["GD202", "GD103"],
+        "other_rules": ["GD101"],
         "facts": ["driver.version", "driver.cuda_max", "torch.cuda", "gpu.*.compute_capability"],
     },
     {
         "id": "SIG-flash-attn-ampere-only",
+        "key": "flash_attn_unsupported_gpu",
         "title": "FlashAttention needs an Ampere or newer GPU (compute capability >= 8.0)",
         "patterns": [
             r"FlashAttention only supports Ampere GPUs or newer",
             r"Cannot use FA version (?P<fa_version>\d) is not supported due to (?P<reason>FA\d is only supported on devices with compute capability[^\n]*)",
             r"FA\d is only supported on devices with compute capability",
+            r"Expected (?:is_sm\d+x? \|\| )+is_sm\d+x? to be true, but got false",
+            r"FlashAttention requires building with sm version",
         ],
         "cause": (
             "FA2 kernels need compute capability 8.0+ (FA3 needs 9.x): they cannot run on Turing or Volta "
@@ -317,11 +346,12 @@ SIGNATURES = (
             "Dao-AILab/flash-attention#762", "Dao-AILab/flash-attention#1485", "vllm-project/vllm#8189",
             "vllm-project/vllm#13766", "vllm-project/vllm#15853", "hiyouga/LlamaFactory#3508",
         ],
-        "confirm_rules": ["GD401", "GD4:arch|capab|ampere|support", "GD3:capab"],
+        "confirm_rules": ["GD401", "GD714"],
         "facts": ["gpu.*.name", "gpu.*.compute_capability", "env.VLLM_FLASH_ATTN_VERSION", "env.VLLM_ATTENTION_BACKEND"],
     },
     {
         "id": "SIG-flash-attn-ops-missing",
+        "key": "flash_attn_ops_missing",
         "title": "No module named 'flash_attn.ops' (flash-attn-4 without flash-attn 2)",
         "patterns": [r"No module named ['\"]?flash_attn\.ops"],
         "cause": (
@@ -338,11 +368,12 @@ SIGNATURES = (
             "vllm-project/vllm#42675", "vllm-project/vllm#42679", "vllm-project/vllm#32974",
             "ai-bond/flash-attention-v100#29", "vllm-project/vllm-ascend#5563",
         ],
-        "confirm_rules": ["GD403", "GD401", "GD505", "GD4:fa4|namespace|ops|cute|variant|collision|conflict|coexist"],
+        "confirm_rules": ["GD403", "GD402", "GD505:flash"],
         "facts": ["flash_attn.*", "vllm.*", "packages.stack"],
     },
     {
         "id": "SIG-flash-attn-cute-missing",
+        "key": "flash_attn_cute_missing",
         "title": "No module named 'flash_attn.cute' (FA4 missing or clobbered by FA2)",
         "patterns": [r"No module named ['\"]?flash_attn\.cute"],
         "cause": (
@@ -356,11 +387,12 @@ SIGNATURES = (
             "python3 -m pip install --force-reinstall --no-deps 'flash-attn-4==4.0.0b36'",
         ],
         "sources": ["Dao-AILab/flash-attention#2310", "vllm-project/vllm#32974", "PrimeIntellect-ai/prime-rl#1949"],
-        "confirm_rules": ["GD403", "GD402", "GD505", "GD4:fa4|namespace|ops|cute|variant|collision|conflict|coexist"],
+        "confirm_rules": ["GD403", "GD402", "GD505:flash"],
         "facts": ["flash_attn.*", "packages.stack"],
     },
     {
         "id": "SIG-free-memory-below-utilization",
+        "key": "free_memory_below_utilization",
         "title": "vLLM: free GPU memory at startup is less than --gpu-memory-utilization asks for",
         "patterns": [
             r"Free memory on device[^\n]*?on startup is less than desired GPU memory utilization",
@@ -382,16 +414,19 @@ SIGNATURES = (
         "sources": [
             "vllm-project/vllm#20305", "vllm-project/vllm#55510", "vllm-project/vllm#42017", "pytorch/pytorch#175666",
         ],
-        "confirm_rules": ["GD302", "GD601", "GD604", "GD605"],
+        "confirm_rules": ["GD302", "GD601", "GD604", "GD708"],
         "facts": ["gpu.*.memory_used", "gpu.*.memory_total", "gpu.*.processes"],
     },
     {
         "id": "SIG-kv-cache-no-room",
+        "key": "kv_cache_insufficient",
         "title": "vLLM: no memory left for the KV cache",
         "patterns": [
             r"No available memory for the cache blocks",
             r"KV cache is needed, which is larger than the available KV cache memory",
             r"Available KV cache memory:\s*-\d",
+            r"# GPU blocks: 0\b",
+            r"max seq len \((?P<max_seq_len>\d+)\) is larger than the maximum number of tokens that can be stored in KV cache",
         ],
         "cause": (
             "After weights, activations and CUDA graphs there is no room for the KV cache within the memory "
@@ -401,17 +436,21 @@ SIGNATURES = (
         "fix": "Raise --gpu-memory-utilization (if the GPU is free), lower --max-model-len / --max-num-seqs, quantize, or free the GPU.",
         "commands": ["nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"],
         "sources": ["vllm-project/vllm#2248", "vllm-project/vllm#10439", "vllm-project/vllm#14574", "QwenLM/Qwen3#12"],
-        "confirm_rules": ["GD302", "GD601", "GD604"],
+        "confirm_rules": ["GD302", "GD601", "GD604", "GD710"],
         "facts": ["gpu.*.memory_total", "gpu.*.memory_used"],
     },
     {
         "id": "SIG-nccl-shm",
+        "key": "nccl_shm_error",
         "title": "NCCL cannot create its shared-memory segment in /dev/shm",
         "patterns": [
             r"NCCL WARN Error while creating shared memory segment",
             r"NCCL WARN Error: failed to extend /dev/shm/",
             r"NCCL WARN Error while attaching to shared memory segment",
             r"NCCL WARN Call to posix_fallocate failed",
+            r"Error while (?:creating|attaching to) shared memory segment\s+(?:/dev/shm/)?nccl-",
+            r"failed to extend /dev/shm/nccl-",
+            r"\bncclShmOpen\b",
             r"NCCL error[^\n]*unhandled system error",
             r"\bncclSystemError\b",
         ],
@@ -421,7 +460,14 @@ SIGNATURES = (
         ),
         "fix": "Run the container with --ipc=host or a large --shm-size; remove stale segments of dead processes; NCCL_SHM_DISABLE=1 as a last resort.",
         "commands": ["df -h /dev/shm", "ls -la /dev/shm", "docker run --ipc=host …  # or --shm-size=16g"],
+        "thread_fixes": [
+            {"fix": "Docker limits /dev/shm to 64 MB; a larger --shm-size fixed it (NCCL_SHM_DISABLE=1 is the fallback)",
+             "url": "https://github.com/NVIDIA/nccl/issues/342"},
+            {"fix": "started the container with --shm-size=1g", "url": "https://github.com/NVIDIA/JAX-Toolbox/issues/183"},
+            {"fix": "added --shm-size=1g to docker run", "url": "https://github.com/fal-ai-community/video-diffusion-speedrun/issues/2"},
+        ],
         "sources": [
+            "NVIDIA/nccl#342", "NVIDIA/JAX-Toolbox#183", "fal-ai-community/video-diffusion-speedrun#2",
             "MiniMax-AI/MiniMax-01#42", "vllm-project/vllm#1710", "vllm-project/vllm#6574", "vllm-project/vllm#1125",
             "vllm-project/vllm#18831", "NVIDIA/nccl-tests#166", "NVIDIA/nccl#1518",
         ],
@@ -430,6 +476,7 @@ SIGNATURES = (
     },
     {
         "id": "SIG-address-in-use",
+        "key": "port_in_use",
         "title": "The server's port is already taken (address already in use)",
         "patterns": [
             r"error while attempting to bind on address \((?P<address>[^)]*)\):\s*address already in use",
@@ -446,11 +493,12 @@ SIGNATURES = (
         "fix": "Find the owner of the port and stop it if it is stale, or pick another --port (or MASTER_PORT / VLLM_PORT for the rendezvous).",
         "commands": ["ss -ltnp | grep ':8000 '", "gpudoctor fix  # stops stale serving processes you own, after confirmation"],
         "sources": ["vllm-project/vllm#9763", "vllm-project/vllm#7514", "vllm-project/vllm#11617"],
-        "confirm_rules": ["GD602", "GD601"],
+        "confirm_rules": ["GD602", "GD722"],
         "facts": ["processes.port"],
     },
     {
         "id": "SIG-bf16-needs-cc80",
+        "key": "bf16_unsupported_gpu",
         "title": "bfloat16 needs compute capability 8.0 (use --dtype half)",
         "patterns": [r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0"],
         "details": [r"Your (?P<gpu>[^\n]+?) GPU has compute capability (?P<compute_capability>\d+\.\d+)"],
@@ -461,11 +509,12 @@ SIGNATURES = (
             "vllm-project/vllm#946", "vllm-project/vllm#1157", "vllm-project/vllm#1153", "vllm-project/vllm#2374",
             "hiyouga/LlamaFactory#4960",
         ],
-        "confirm_rules": ["GD7:dtype|bf16|bfloat", "GD3:capab|bf16"],
+        "confirm_rules": ["GD711"],
         "facts": ["gpu.*.name", "gpu.*.compute_capability"],
     },
     {
         "id": "SIG-failed-to-infer-device-type",
+        "key": "platform_not_detected",
         "title": "vLLM could not detect the platform (Failed to infer device type)",
         "patterns": [r"Failed to infer device type"],
         "cause": (
@@ -485,6 +534,7 @@ SIGNATURES = (
     },
     {
         "id": "SIG-no-driver",
+        "key": "no_driver",
         "title": "No NVIDIA driver reachable",
         "patterns": [
             r"Found no NVIDIA driver on your system",
@@ -500,6 +550,197 @@ SIGNATURES = (
         "commands": ["nvidia-smi", "lsmod | grep nvidia", "sudo dmesg | grep -iE 'nvrm|nvidia' | tail -20"],
         "sources": ["torch/cuda/__init__.py (_check_driver)", "nvidia-smi(1)", "vllm-project/vllm#12847"],
         "confirm_rules": ["GD101"],
+        "superseded_by": ["SIG-container-nvml-library-missing"],
         "facts": ["driver.nvml", "driver.kernel_module_version"],
     },
+    {
+        "id": "SIG-nvcc-torch-cuda-mismatch",
+        "key": "nvcc_torch_cuda_mismatch",
+        "title": "Extension build: nvcc's CUDA is not the CUDA torch was built with",
+        "patterns": [r"The detected CUDA version \((?P<nvcc_cuda>[\d.]+)\) mismatches the version that was used to compile"],
+        "details": [r"PyTorch \((?P<torch_cuda>[\d.]+)\)\.?\s*Please make sure to use the same CUDA versions"],
+        "cause": (
+            "torch.utils.cpp_extension refuses to build (flash-attn, xformers, a vLLM source build…) with an nvcc "
+            "whose CUDA major differs from torch's own CUDA: the toolkit on PATH / CUDA_HOME is another version."
+        ),
+        "fix": "Point CUDA_HOME and PATH at a toolkit of torch's CUDA version, or install the torch build for the toolkit you have.",
+        "commands": [
+            "python3 -c 'import torch; print(torch.version.cuda)'; nvcc --version | tail -2",
+            "export CUDA_HOME=/usr/local/cuda-12.8 PATH=/usr/local/cuda-12.8/bin:$PATH  # the toolkit of torch's CUDA",
+        ],
+        "thread_fixes": [
+            {"fix": "install the PyTorch built for the local CUDA toolkit (11.2 toolkit vs torch for 10.2)",
+             "url": "https://github.com/rusty1s/pytorch_sparse/issues/189"},
+            {"fix": "reinstall a PyTorch matching the installed toolkit, or install the toolkit PyTorch was built with",
+             "url": "https://github.com/kodenii/Responsible-Visual-Editing/issues/4"},
+        ],
+        "sources": ["rusty1s/pytorch_sparse#189", "kodenii/Responsible-Visual-Editing#4", "PKUHaoWang/EmbodiedOcc2#6", "pytorch/pytorch#73047"],
+        "confirm_rules": ["GD203", "GD206"],
+        "facts": ["cuda.nvcc", "torch.cuda", "env.CUDA_HOME"],
+    },
+    {
+        "id": "SIG-unsupported-gnu-version",
+        "key": "unsupported_gcc",
+        "title": "nvcc refuses the host compiler (unsupported GNU version)",
+        "patterns": [
+            r"#error\s*--\s*unsupported GNU version!\s*gcc versions later than (?P<max_gcc>\d+) are not supported",
+            r"#error\s*--\s*unsupported (?:GNU|clang) version",
+        ],
+        "cause": "The host gcc/g++ is newer than the CUDA toolkit supports (its crt/host_config.h checks the version), or an older nvcc than intended is used.",
+        "fix": "Build with a gcc the toolkit supports (NVCC_CCBIN / CUDAHOSTCXX), or use a newer CUDA toolkit; check which nvcc is used.",
+        "commands": [
+            "gcc --version | head -1; which nvcc; nvcc --version | tail -2",
+            "sudo apt install g++-12 && export NVCC_CCBIN=/usr/bin/g++-12 CUDAHOSTCXX=/usr/bin/g++-12",
+        ],
+        "thread_fixes": [
+            {"fix": "pointed the build at a supported compiler: cmake .. -DCMAKE_C_COMPILER=/usr/bin/gcc-6",
+             "url": "https://github.com/NVIDIA/AMGX/issues/76"},
+            {"fix": "two CUDA installs: nvcc 10.2 was used instead of 11.4; use the newer toolkit", "url": "https://github.com/colmap/colmap/issues/1765"},
+        ],
+        "sources": ["NVIDIA/AMGX#76", "colmap/colmap#1765", "ceccocats/tkDNN#134", "facebookarchive/caffe2#442"],
+        "confirm_rules": ["GD205"],
+        "facts": ["cuda.nvcc", "cuda.host_compiler"],
+    },
+    {
+        "id": "SIG-torch-not-compiled-with-cuda",
+        "key": "torch_not_compiled_with_cuda",
+        "title": "torch is a CPU-only build (Torch not compiled with CUDA enabled)",
+        "patterns": [r"Torch not compiled with CUDA enabled"],
+        "cause": "The installed torch has no CUDA support: pip picked the CPU wheel (the default on some indexes), or another package replaced the CUDA build.",
+        "fix": "Install the CUDA build of torch from PyTorch's index for the driver's CUDA (pip show torch: no +cuXXX suffix means CPU).",
+        "commands": [
+            "python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'",
+            "python3 -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu128",
+        ],
+        "thread_fixes": [
+            {"fix": "install the GPU build of torch matching the CUDA version (torch x.y.z+cuXXX); a version without +cu is a CPU build",
+             "url": "https://github.com/X-PLUG/MobileAgent/issues/60"},
+        ],
+        "sources": ["X-PLUG/MobileAgent#60", "jaketae/storyteller#22", "vllm-project/vllm-ascend#780"],
+        "confirm_rules": ["GD501"],
+        "facts": ["torch.version", "torch.cuda"],
+    },
+    {
+        "id": "SIG-illegal-memory-access",
+        "key": "illegal_memory_access",
+        "title": "CUDA error: an illegal memory access was encountered",
+        "patterns": [
+            r"an illegal memory access was encountered",
+            r"cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS",
+        ],
+        "cause": (
+            "A kernel read or wrote outside its memory: a bug in a kernel or the way it is called (attention backends, "
+            "CUDA graphs, custom all-reduce, quantized kernels), a binary built for another torch, or failing GPU memory. "
+            "The error is sticky and asynchronous: the traceback often points at a later call."
+        ),
+        "fix": (
+            "Rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; try --enforce-eager and another attention backend; "
+            "update vLLM; check the GPU's ECC and Xid errors."
+        ),
+        "commands": [
+            "CUDA_LAUNCH_BLOCKING=1 vllm serve MODEL --enforce-eager",
+            "sudo dmesg | grep -i xid | tail",
+            "nvidia-smi -q -d ECC,ROW_REMAPPER | grep -iE 'uncorr|pending|failure'",
+        ],
+        "sources": ["vllm-project/vllm#6976", "vllm-project/vllm#11366", "vllm-project/vllm#14404"],
+        "confirm_rules": ["GD303", "GD304"],
+        "cannot_check": "a kernel bug shows only while the kernel runs; gpudoctor checks the hardware side (ECC, row remapping) only",
+        "facts": ["gpu.*.name", "gpu.*.ecc_uncorrectable", "torch.version", "vllm.*"],
+    },
+    {
+        "id": "SIG-flash-attn-extension-missing",
+        "key": "flash_attn_2_cuda_missing",
+        "title": "flash-attn's compiled extension is missing (No module named 'flash_attn_2_cuda')",
+        "patterns": [
+            r"No module named ['\"]?flash_attn_[23]_cuda\b",
+            r"DLL load failed while importing flash_attn_[23]_cuda",
+        ],
+        "cause": (
+            "The flash_attn Python package is importable but its compiled extension is not: it was installed into another "
+            "Python environment, built with FLASH_ATTENTION_SKIP_CUDA_BUILD, installed from a source tree without the build, "
+            "or the import picks up a flash-attention checkout in the current directory."
+        ),
+        "fix": "Install a prebuilt flash-attn wheel for this Python, torch and CUDA into the environment that runs the code (or build it there).",
+        "commands": [
+            "python3 -c 'import sys, flash_attn; print(sys.executable, flash_attn.__file__)'",
+            "python3 -m pip install --force-reinstall --no-build-isolation flash-attn",
+        ],
+        "thread_fixes": [
+            {"fix": "maintainer: usually installed into one Python/conda env and run from another", "url": "https://github.com/Dao-AILab/flash-attention/issues/614"},
+            {"fix": "on aarch64 (no wheel) building from source with FLASH_ATTENTION_SKIP_CUDA_BUILD=FALSE fixed it",
+             "url": "https://github.com/Dao-AILab/flash-attention/issues/933"},
+        ],
+        "sources": ["Dao-AILab/flash-attention#614", "Dao-AILab/flash-attention#933", "Dao-AILab/flash-attention#1499", "oobabooga/textgen#4344"],
+        "confirm_rules": ["GD505:flash", "GD404"],
+        "facts": ["flash_attn.*", "python.executable"],
+    },
+    {
+        "id": "SIG-nvrm-api-mismatch",
+        "key": "nvrm_api_mismatch",
+        "title": "Kernel log: NVRM API mismatch (driver libraries and kernel module differ)",
+        "patterns": [
+            r"NVRM: API mismatch: the client (?:'[^']*' \(pid \d+\)\s*)?has the version (?P<client_version>[\d.]+)",
+            r"NVRM: API mismatch: the client",
+        ],
+        "details": [r"this kernel module has(?:\s*NVRM:)?\s*(?:the )?version (?P<kernel_version>[\d.]+)"],
+        "cause": "The NVIDIA user-space driver was upgraded (or a container brings its own) while the old kernel module is still loaded.",
+        "fix": "Reboot (or reload the nvidia modules when the GPU is idle) so the kernel module matches the libraries.",
+        "commands": [
+            "cat /proc/driver/nvidia/version; nvidia-smi --version",
+            "sudo reboot",
+            "sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo nvidia-modprobe  # instead of a reboot",
+        ],
+        "thread_fixes": [
+            {"fix": "maintainer: the kernel module is still the old one; rmmod nvidia nvidia_uvm nvidia_drm nvidia_modeset then nvidia-modprobe (the reporter: a reboot fixed it)",
+             "url": "https://github.com/NVIDIA/nvidia-docker/issues/182"},
+            {"fix": "fixed by a reboot", "url": "https://github.com/stackhpc/ansible-slurm-appliance/issues/287"},
+        ],
+        "sources": ["NVIDIA/nvidia-docker#182", "stackhpc/ansible-slurm-appliance#287", "negativo17/nvidia-driver#43", "saharmor/dalle-playground#104"],
+        "confirm_rules": ["GD102"],
+        "facts": ["driver.kernel_module_version", "driver.version"],
+    },
+    {
+        "id": "SIG-xformers-built-for-other-torch",
+        "key": "xformers_wrong_torch",
+        "title": "xFormers can't load its C++/CUDA extensions (built for another torch)",
+        "patterns": [r"xFormers can't load C\+\+/CUDA extensions"],
+        "details": [r"PyTorch (?P<built_for>\S+) with CUDA (?P<built_cuda>\d+) \(you have (?P<installed>[^)]+)\)"],
+        "cause": "Each xformers release is built for one torch version (and CUDA); a different torch, or a CPU torch, cannot load its kernels.",
+        "fix": "Install the xformers release made for the installed torch (see xformers' CHANGELOG), or the torch it was built for.",
+        "commands": [
+            "python3 -m xformers.info | head -5",
+            "python3 -m pip install --force-reinstall xformers --index-url https://download.pytorch.org/whl/cu128",
+        ],
+        "thread_fixes": [
+            {"fix": "maintainer: official builds target the latest PyTorch; with an older torch use the older xFormers listed in CHANGELOG.md",
+             "url": "https://github.com/facebookresearch/xformers/issues/1079"},
+            {"fix": "the torch was a CPU build (+cpu): install the CUDA build of torch", "url": "https://github.com/open-mmlab/PIA/issues/30"},
+        ],
+        "sources": ["facebookresearch/xformers#1079", "open-mmlab/PIA#30", "facebookresearch/xformers#971", "facebookresearch/xformers#800"],
+        "confirm_rules": ["GD503:^xformers\\b.*requires.*\\btorch\\b", "GD501"],
+        "facts": ["torch.version", "torch.cuda"],
+    },
+    {
+        "id": "SIG-fa4-unsupported-gpu",
+        "key": "flash_attn_unsupported_gpu",
+        "title": "FlashAttention 4 (CuTe) does not support this GPU",
+        "patterns": [
+            r"FA4 requires compute capability",
+            r"only supported on SM100 \(compute capability 10\.x\) for FA4",
+            r"FP8_FA4 requires Hopper or Blackwell",
+        ],
+        "cause": "FA4's CuTe kernels exist only for Hopper (sm_90) and data-center Blackwell (sm_100); consumer Blackwell (sm_120), Ada and Ampere are not supported.",
+        "fix": "Use another attention backend on this GPU (FlashInfer, FA2/FA3, Triton), or uninstall flash-attn-4.",
+        "commands": ["nvidia-smi --query-gpu=name,compute_cap --format=csv", "unset VLLM_ATTENTION_BACKEND  # let vLLM choose"],
+        "thread_fixes": [
+            {"fix": "maintainer: FA4 doesn't support SM120 (RTX 5090); use the flashinfer backend", "url": "https://github.com/sgl-project/sglang/issues/23985"},
+        ],
+        "sources": ["sgl-project/sglang#23985", "sgl-project/sglang#18748", "vllm-project/vllm#32974"],
+        "confirm_rules": ["GD401", "GD714"],
+        "facts": ["gpu.*.name", "gpu.*.compute_capability", "flash_attn.*"],
+    },
 )
+
+from .signatures_serving import SERVING  # noqa: E402  (data of the same format, kept in its own module)
+
+SIGNATURES = SIGNATURES + SERVING

@@ -58,7 +58,8 @@ def run(args, io: IO) -> int:
             return shown
 
     text = _read(args, io)
-    matches = explain.match_text(text.text)
+    diagnosis = explain.diagnose(text.text)
+    matches = diagnosis.matches
     if not matches and target is not None and _LOOKS_LIKE_KEY.match(target.strip()):
         raise UsageError(f"no rule or error signature {target.strip()!r} (see: gpudoctor rules, gpudoctor explain --list)")
 
@@ -68,7 +69,10 @@ def run(args, io: IO) -> int:
             snapshot, where = load_snapshot(args.snapshot), f"the snapshot {args.snapshot}"
         else:
             snapshot, where = probe(args, io), "this machine (probed now)"
-    confirmations = [explain.confirm(m.signature, snapshot) for m in matches] if snapshot is not None else [None] * len(matches)
+    confirmations = [
+        explain.confirm(m.signature, snapshot) if snapshot is not None and m.signature.role == explain.CAUSE else None
+        for m in matches
+    ]
     redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, environ=io.environ)
     if args.format == "json":
         doc = {
@@ -76,6 +80,7 @@ def run(args, io: IO) -> int:
             "kind": "gpudoctor.explain",
             "input": {"source": text.source, "bytes": text.size, "truncated": text.truncated, "lines": len(text.lines)},
             "confirmed_against": where or None,
+            "answer": diagnosis.to_json(),
             "matches": [
                 dict(m.to_json(), signature=m.signature.to_json(), confirmation=c.to_json() if c else None)
                 for m, c in zip(matches, confirmations)
@@ -83,7 +88,7 @@ def run(args, io: IO) -> int:
         }
         io.stdout.write(redactor(json.dumps(redactor.data(doc, strings=False), indent=1, ensure_ascii=False)) + "\n")
     else:
-        io.stdout.write(redactor(render_text(matches, confirmations, text, where, args.verbose)))
+        io.stdout.write(redactor(render_text(diagnosis, confirmations, text, where, args.verbose, checked=snapshot is not None)))
     return ExitCode.OK if matches else ExitCode.FINDINGS
 
 
@@ -144,12 +149,23 @@ def _list(args, io: IO) -> int:
 
 
 def signature_doc(sig) -> str:
-    out = [f"{sig.id}: {sig.title}", "", "## Cause", sig.cause, "", "## Fix", sig.fix, ""]
+    out = [f"{sig.id}: {sig.title}", f"cause key: {sig.key}" + (" (a symptom: where a program gave up, not why)" if sig.role == "symptom" else ""),
+           "", "## Cause", sig.cause, "", "## Fix", sig.fix, ""]
     out.extend(f"    {command}" for command in sig.commands)
+    if sig.thread_fixes:
+        out += ["", "## What fixed it in the threads"]
+        out.extend(f"- {item['fix']} ({item['url']})" for item in sig.thread_fixes)
     out += ["", "## Recognised by"]
     out.extend(f"- /{p.pattern}/" for p in sig.patterns)
-    out += ["", "## Confirmed on this machine by", ", ".join(sig.confirm_rules), "", "## References"]
-    out.extend(f"- {source}" for source in sig.sources)
+    out += ["", "## Confirmed on this machine by", ", ".join(sig.confirm_rules) or "no rule"]
+    if sig.other_rules:
+        out.append(f"A different cause of the same text is found by: {', '.join(sig.other_rules)}")
+    if sig.cannot_check:
+        out.append(f"Not checkable here: {sig.cannot_check}")
+    if sig.hint:
+        out += ["", "## Where the cause is", sig.hint]
+    out += ["", "## References"]
+    out.extend(f"- {url}" for url in sig.source_urls())
     return "\n".join(out) + "\n"
 
 
@@ -158,30 +174,58 @@ _VERDICTS = {
         "not confirmed on this machine: the checks that could run found nothing wrong here. If the error came "
         "from another machine, container or Python environment, run gpudoctor there (or use --snapshot FILE)."
     ),
+    "different_cause": (
+        "not this cause here: this machine has a different problem that gives the same error (above). Fix that "
+        "first; if the error came from another machine, run gpudoctor there."
+    ),
     "could_not_check": "could not check this cause on this machine (see above); the fix above is the usual remedy.",
 }
 
 
-def render_text(matches, confirmations, text, where: str, verbose: bool = False) -> str:
+def render_text(diagnosis, confirmations, text, where: str, verbose: bool = False, checked: bool = True) -> str:
+    matches = diagnosis.matches
     if not matches:
         return (
             f"No known error signature in {text.describe()} ({len(text.lines)} line{'s' * (len(text.lines) != 1)} read).\n"
             "Known signatures: gpudoctor explain --list. To check this machine as a whole: gpudoctor check\n"
         )
-    out = [f"{len(matches)} known error signature{'s' * (len(matches) != 1)} in {text.describe()}:", ""]
+    out = []
+    if diagnosis.root is not None:
+        root = diagnosis.root
+        out.append(f"Root cause in {text.describe()}: line {root.line}: {root.signature.title} ({root.signature.id})")
+        later = [m for m in matches if m is not root]
+        if later:
+            out.append(f"  later lines show {len(later)} more known error{'s' * (len(later) != 1)}: consequences of the first, most likely")
+    else:
+        symptom = diagnosis.symptoms[0]
+        out.append(f"A failure is visible in {text.describe()} but its cause is not in this excerpt: line {symptom.line}: {symptom.text}")
+        out.append("Send the log from the first ERROR line, not only its end (gpudoctor explain --log FILE reads up to 4 MiB).")
+        if diagnosis.first_error is not None:
+            number, line = diagnosis.first_error
+            out.append(f"The first error line here is line {number}: {line}")
+        out.append(f"Look for: {symptom.signature.hint}")
+    out += ["", f"{len(matches)} known error signature{'s' * (len(matches) != 1)} in {text.describe()}:", ""]
     for number, (m, conf) in enumerate(zip(matches, confirmations), 1):
         sig = m.signature
         seen = f" (and {m.count - 1} more line{'s' * (m.count != 2)})" if m.count > 1 else ""
-        out.append(f"[{number}] {sig.id}: {sig.title}")
+        tag = " [root cause]" if m is diagnosis.root else " [symptom]" if sig.role == "symptom" else ""
+        out.append(f"[{number}] {sig.id}: {sig.title}{tag}")
         out.append(f"    line {m.line}{seen}: {m.text}")
         if m.details:
             out.append("    details: " + ", ".join(f"{k}={v}" for k, v in m.details.items()))
         out.append(f"    cause: {sig.cause}")
+        if sig.role == "symptom":
+            out.append(f"    where the cause is: {sig.hint}")
+            out.append("")
+            continue
         out.append(f"    fix: {sig.fix}")
         out.extend(f"      $ {command}" for command in sig.commands)
-        out.append(f"    sources: {', '.join(sig.sources)}")
+        if sig.thread_fixes:
+            out.append("    what fixed it in the threads:")
+            out.extend(f"      - {item['fix']} ({item['url']})" for item in sig.thread_fixes)
+        out.append(f"    sources: {', '.join(sig.source_urls())}")
         if conf is None:
-            out.append("    On this machine: not checked (--no-confirm)")
+            out.append("    On this machine: not checked (--no-confirm)" if not checked else "    On this machine: not checked")
         else:
             out.append(f"    On this machine, checked on {where}:")
             out.extend(_confirmation_lines(conf, verbose))
@@ -193,6 +237,8 @@ def _confirmation_lines(conf, verbose: bool):
     lines = []
     for check in conf.of_kind("confirmed"):
         lines.append(f"      confirmed by {check.rule} {check.name}: {check.text}")
+    for check in conf.of_kind("different_cause"):
+        lines.append(f"      different cause found by {check.rule} {check.name}: {check.text}")
     negatives = conf.of_kind("not_confirmed")
     if len(negatives) <= 3 or verbose:
         for check in negatives:
@@ -201,6 +247,9 @@ def _confirmation_lines(conf, verbose: bool):
         ids = ", ".join(check.rule for check in negatives)
         lines.append(f"      not confirmed here: {ids} (passed or not applicable; -v for each)")
     for check in conf.of_kind("could_not_check"):
+        if not check.rule:
+            lines.append(f"      could not check: {check.text}")
+            continue
         name = f" {check.name}" if check.name else ""
         lines.append(f"      could not check: {check.rule.split(':')[0]}{name}: {check.text}")
     if conf.facts:
