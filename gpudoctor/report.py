@@ -720,7 +720,8 @@ def _signature_summary(m: Match, conf: Optional[Confirmation]) -> str:
     if conf.verdict == "confirmed":
         ids = sorted({c.rule for c in conf.of_kind("confirmed")})
         return text + f", confirmed here by {', '.join(ids)}"
-    return text + (", not confirmed on this machine" if conf.verdict == "not_confirmed" else ", could not be checked here")
+    words = {"not_confirmed": ", not confirmed on this machine", "different_cause": ", not this cause here (a different cause found)"}
+    return text + words.get(conf.verdict, ", could not be checked here")
 
 
 def _smoke_md(smoke: Smoke, snap: Snapshot) -> List[str]:
@@ -757,8 +758,10 @@ def _log_md(log: LogExcerpt) -> List[str]:
             for check in conf.of_kind("confirmed"):
                 out.append(f"  - confirmed by {check.rule} {check.name}: {plain_paragraph(check.text)}")
             if conf.verdict != "confirmed":
-                word = "not confirmed on this machine" if conf.verdict == "not_confirmed" else "could not be checked on this machine"
-                out.append(f"  - {word}")
+                for check in conf.of_kind("different_cause"):
+                    out.append(f"  - different cause found by {check.rule} {check.name}: {plain_paragraph(check.text)}")
+                words = {"not_confirmed": "not confirmed on this machine", "different_cause": "not this cause on this machine"}
+                out.append(f"  - {words.get(conf.verdict, 'could not be checked on this machine')}")
     if log.matches:
         out.append("")
     width = len(str(log.first_number + max(len(log.lines) - 1, 0)))

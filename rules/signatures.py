@@ -392,7 +392,7 @@ SIGNATURES = (
     },
     {
         "id": "SIG-free-memory-below-utilization",
-        "key": "free_memory_below_utilization",
+        "key": "gpu_memory_utilization_exceeds_free",
         "title": "vLLM: free GPU memory at startup is less than --gpu-memory-utilization asks for",
         "patterns": [
             r"Free memory on device[^\n]*?on startup is less than desired GPU memory utilization",
@@ -514,7 +514,7 @@ SIGNATURES = (
     },
     {
         "id": "SIG-failed-to-infer-device-type",
-        "key": "platform_not_detected",
+        "key": "vllm_device_type_unknown",
         "title": "vLLM could not detect the platform (Failed to infer device type)",
         "patterns": [r"Failed to infer device type"],
         "cause": (
@@ -738,6 +738,22 @@ SIGNATURES = (
         "sources": ["sgl-project/sglang#23985", "sgl-project/sglang#18748", "vllm-project/vllm#32974"],
         "confirm_rules": ["GD401", "GD714"],
         "facts": ["gpu.*.name", "gpu.*.compute_capability", "flash_attn.*"],
+    },
+    {
+        "id": "SIG-gpu-too-old",
+        "key": "gpu_compute_capability_too_old",
+        "title": "The GPU is older than the software supports (compute capability too low)",
+        "patterns": [
+            r"GPUs with compute capability below (?P<minimum>[\d.]+) are not supported",
+            r"PyTorch no longer supports this GPU because it is too old",
+        ],
+        "details": [r"minimum cuda capability supported by this library is (?P<minimum>[\d.]+)"],
+        "cause": "vLLM needs compute capability 7.0+ (Volta); recent torch wheels dropped Maxwell/Pascal (and CUDA 13 builds start at sm_75).",
+        "fix": "Use a GPU the release supports, or an older torch/vLLM release that still supports this GPU.",
+        "commands": ["nvidia-smi --query-gpu=name,compute_cap --format=csv", "python3 -c 'import torch; print(torch.cuda.get_arch_list())'"],
+        "sources": ["vllm-project/vllm#1284"],
+        "confirm_rules": ["GD502"],
+        "facts": ["gpu.*.name", "gpu.*.compute_capability", "torch.version"],
     },
 )
 

@@ -326,6 +326,21 @@ SERVING = (
         "confirm_rules": ["GD601", "GD605"],
         "facts": ["processes.serving"],
     },
+    {
+        "id": "SIG-torch-distributed-connect",
+        "key": "torch_distributed_connect_failed",
+        "title": "torch.distributed: a rank cannot reach the rendezvous (MASTER_ADDR:MASTER_PORT)",
+        "patterns": [
+            r"The client socket has failed to connect to (?P<address>\S+)",
+            r"DistNetworkError: [^\n]*(?:timed out|refused|failed to connect)",
+        ],
+        "cause": "A rank cannot open a TCP connection to the rendezvous store: a wrong or unroutable MASTER_ADDR, a firewall, the wrong network interface, or the rank-0 process is not up.",
+        "fix": "Give MASTER_ADDR an address every node can reach (and GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME its interface); open MASTER_PORT between the nodes.",
+        "commands": ["nc -vz \"$MASTER_ADDR\" \"${MASTER_PORT:-29500}\"", "ip -br addr"],
+        "sources": ["hiyouga/LlamaFactory#3715"],
+        "cannot_check": "the network between the nodes is outside what gpudoctor probes on one machine",
+        "facts": ["env.MASTER_ADDR", "env.MASTER_PORT", "env.GLOO_SOCKET_IFNAME", "env.NCCL_SOCKET_IFNAME"],
+    },
     # --- symptoms: where a program gave up, not why. Never the answer on their own. ---
     {
         "id": "SIG-worker-failed-to-start",

@@ -1,0 +1,160 @@
+"""The answers explain gives: the first cause of a log, "the cause is not in this excerpt",
+and confirmations that only ever name the same cause ("different cause found" and "not
+confirmed" are different answers from "confirmed").
+
+Snapshots are the ones recorded on a real H200 (tests/fixtures/snapshots), changed where a
+test needs a machine without a driver; texts are real (the corpus records named by id).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gpudoctor import explain
+from gpudoctor.snapshot import Snapshot
+
+REPO = Path(__file__).resolve().parent.parent
+H200 = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"
+CORPUS = REPO / "tests" / "explain_corpus"
+
+
+def corpus_text(record_id):
+    for path in CORPUS.glob("*.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                if record["id"] == record_id:
+                    return record["text"]
+    raise KeyError(record_id)
+
+
+def no_driver():
+    """The H200 snapshot as this machine would be without its driver: NVML's LibraryNotFound, no versions."""
+    data = json.loads(H200.read_text(encoding="utf-8"))
+    facts = data["facts"]
+    facts["driver.nvml"] = {"status": "error", "source": "nvml", "detail": "NVML LibraryNotFound: NVML Shared Library Not Found",
+                            "value": {"code": 12, "name": "LibraryNotFound"}}
+    for path in ("driver.version", "driver.cuda_max", "driver.library_path"):
+        facts[path] = {"status": "absent", "source": "nvml", "detail": "no driver", "value": None}
+    facts["driver.kernel_module_version"] = {"status": "absent", "source": "/proc/driver/nvidia/version",
+                                             "detail": "NVIDIA kernel module not loaded", "value": None}
+    return Snapshot.from_json(data)
+
+
+INSUFFICIENT = "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version"
+
+
+def test_driver_too_old_is_not_confirmed_by_a_missing_driver():
+    """The issue's example: on a machine with no driver, "the driver is too old" must not be
+    "confirmed by GD101 no-driver": that is a different cause, said as such."""
+    (match,) = explain.match_text(INSUFFICIENT)
+    conf = explain.confirm(match.signature, no_driver())
+    assert conf.verdict == "different_cause"
+    assert conf.of_kind("confirmed") == []
+    (different,) = conf.of_kind("different_cause")
+    assert different.rule == "GD101" and "libnvidia-ml.so.1 was not found" in different.text
+    # GD103 and GD204 themselves could not look: they need the driver's version
+    assert [c.rule for c in conf.of_kind("could_not_check")] == ["GD103", "GD204"]
+
+
+def test_driver_too_old_on_the_healthy_h200_is_not_confirmed():
+    (match,) = explain.match_text(INSUFFICIENT)
+    conf = explain.confirm(match.signature, Snapshot.load(str(H200)))
+    assert conf.verdict == "not_confirmed" and "GD103" in [c.rule for c in conf.of_kind("not_confirmed")]
+    assert conf.of_kind("different_cause") == []
+
+
+def test_no_driver_itself_is_confirmed_by_gd101():
+    (match,) = explain.match_text("RuntimeError: Found no NVIDIA driver on your system.")
+    conf = explain.confirm(match.signature, no_driver())
+    assert conf.verdict == "confirmed" and [c.rule for c in conf.of_kind("confirmed")] == ["GD101"]
+
+
+def test_the_cli_says_different_cause_not_confirmed(tmp_path):
+    snap = tmp_path / "no-driver.json"
+    snap.write_text(no_driver().dumps(), encoding="utf-8")
+    out = run("explain", INSUFFICIENT, "--snapshot", str(snap)).stdout
+    assert "different cause found by GD101 no-driver" in out and "not this cause here" in out
+    assert "confirmed by GD101" not in out.replace("different cause found by GD101", "")
+    assert "that is it" not in out
+
+
+def test_a_finding_about_something_else_does_not_confirm():
+    """GD503 failing for a package that has nothing to do with torch does not confirm a torch ABI error."""
+    from gpudoctor import registry
+    from gpudoctor.rule import Fail, RuleMeta
+
+    def fake_gd503(snap):
+        return Fail("transformers 4.57.0 requires tokenizers<0.23,>=0.22, 0.21.1 is installed", [])
+
+    catalogue = [RuleMeta("GD503", "requirement-not-satisfied", "error", "vllm", (), fake_gd503, "t")]
+    sig = explain.find_signature("SIG-torch-extension-undefined-symbol")
+    conf = explain.confirm(sig, Snapshot.load(str(H200)), catalogue)
+    assert conf.verdict != "confirmed"
+    assert any(c.rule == "GD503" and "not this one" in c.text for c in conf.of_kind("not_confirmed"))
+    assert registry.find("GD503") is not None  # the real rule exists under that ID
+
+
+def test_launch_rules_without_a_launch_command_could_not_check():
+    (match,) = explain.match_text(corpus_text("maxlen-vllm-3676"))
+    conf = explain.confirm(match.signature, Snapshot.load(str(H200)))
+    assert conf.verdict == "could_not_check"
+    (check,) = conf.checks
+    assert check.rule == "GD715" and "gpudoctor preflight -- vllm serve" in check.text
+
+
+def test_a_cause_no_machine_can_show_says_so():
+    (match,) = explain.match_text(corpus_text("gated-llm2vec-130"))
+    conf = explain.confirm(match.signature, Snapshot.load(str(H200)))
+    assert conf.verdict == "could_not_check" and "Hugging Face Hub" in conf.checks[0].text
+
+
+# --- the first cause, not the last symptom -----------------------------------------------------
+def test_truncated_log_at_workerproc_says_the_cause_is_not_in_it():
+    text = corpus_text("sym-workerproc-failed-workervllm-276")
+    diagnosis = explain.diagnose(text)
+    assert diagnosis.root is None and diagnosis.incomplete
+    assert diagnosis.first_error is not None and "WorkerProc failed to start" in diagnosis.first_error[1]
+    out = run("explain", text, "--no-confirm").stdout
+    assert "A failure is visible" in out and "its cause is not in this excerpt" in out
+    assert "Send the log from the first ERROR line" in out and "Look for: the first ERROR line of a worker" in out
+
+
+def test_the_first_cause_wins_over_later_errors():
+    """An OOM in a worker, then the executor's WorkerProc failure, then a NCCL shm error while tearing down."""
+    text = "\n".join([
+        "INFO 03-19 07:27:40 [model_runner.py:1110] Loading model weights took 14.99 GB",
+        corpus_text("oom-vllm-15105").splitlines()[0],
+        "(EngineCore_DP0 pid=469) ERROR 03-11 17:57:10 [multiproc_executor.py:783] WorkerProc failed to start.",
+        "ubuntu:9621:9688 [3] misc/shmutils.cc:112 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-KWfVyt (size 5967872)",
+    ])
+    diagnosis = explain.diagnose(text)
+    assert diagnosis.root.signature.id == "SIG-cuda-oom" and diagnosis.root.line == 2
+    assert [m.signature.id for m in diagnosis.matches] == ["SIG-cuda-oom", "SIG-nccl-shm", "SIG-worker-failed-to-start"]
+    out = run("explain", "-", "--no-confirm", stdin=text).stdout
+    assert out.startswith("Root cause in stdin: line 2: CUDA out of memory")
+    assert "[1] SIG-cuda-oom: CUDA out of memory (loading, profiling, warm-up or a request) [root cause]" in out
+    assert "[3] SIG-worker-failed-to-start" in out and "[symptom]" in out
+
+
+def test_fixes_cite_the_threads():
+    sig = explain.find_signature("SIG-k8s-device-plugin-nvml")
+    out = run("explain", "SIG-k8s-device-plugin-nvml").stdout
+    assert "## What fixed it in the threads" in out
+    assert "https://github.com/NVIDIA/k8s-device-plugin/issues/23" in out and sig.thread_fixes
+
+
+def test_rule_docs_still_work():
+    proc = run("explain", "GD101")
+    assert proc.returncode == 0 and proc.stdout.startswith("GD101 no-driver (error, area driver)")
+
+
+def run(*args, stdin=None):
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args], input=stdin, capture_output=True, text=True, encoding="utf-8",
+        env=dict(os.environ, PYTHONIOENCODING="utf-8"), cwd=str(REPO), timeout=120,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
