@@ -534,13 +534,14 @@ SIGNATURES = (
     },
     {
         "id": "SIG-no-driver",
-        "key": "no_driver",
+        "key": "no_nvidia_driver",
         "title": "No NVIDIA driver reachable",
         "patterns": [
             r"Found no NVIDIA driver on your system",
             r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
             r"NVML Shared Library Not Found",
             r"libnvidia-ml\.so(?:\.1)?: cannot open shared object file",
+            r"libcuda\.so(?:\.1)?: cannot open shared object file",
         ],
         "cause": (
             "The NVIDIA driver is not installed, its kernel module is not loaded, or a container was started "
@@ -744,7 +745,7 @@ SIGNATURES = (
         "key": "gpu_compute_capability_too_old",
         "title": "The GPU is older than the software supports (compute capability too low)",
         "patterns": [
-            r"GPUs with compute capability below (?P<minimum>[\d.]+) are not supported",
+            r"GPUs with compute capability (?:below|less than) (?P<minimum>[\d.]+) are not supported",
             r"PyTorch no longer supports this GPU because it is too old",
         ],
         "details": [r"minimum cuda capability supported by this library is (?P<minimum>[\d.]+)"],
@@ -754,6 +755,70 @@ SIGNATURES = (
         "sources": ["vllm-project/vllm#1284"],
         "confirm_rules": ["GD502"],
         "facts": ["gpu.*.name", "gpu.*.compute_capability", "torch.version"],
+    },
+    {
+        "id": "SIG-cuda-runtime-library-missing",
+        "key": "cuda_runtime_lib_missing",
+        "title": "A CUDA runtime library is missing (libcudart / libcublas … cannot open shared object file)",
+        "patterns": [
+            r"(?P<library>lib(?:cudart|cublas(?:Lt)?|cudnn\w*|nvrtc|cufft|curand|cusparse|cusolver|nvJitLink)\.so[\d.]*): cannot open shared object file",
+        ],
+        "cause": (
+            "A binary needs the CUDA runtime of one major version (libcudart.so.12, .so.13) and nothing on the library path "
+            "provides it: the nvidia-*-cuXX wheels of that CUDA are not installed, or the binary (vLLM, vllm-flash-attn, an "
+            "extension) was built for another CUDA major than the installed torch."
+        ),
+        "fix": "Install builds of one CUDA major throughout (torch, vLLM and extensions for the same cuXX), or the nvidia-cuda-runtime wheel that major needs.",
+        "commands": [
+            "python3 -m pip list 2>/dev/null | grep -iE '^(torch|vllm|nvidia-cuda-runtime)'",
+            "python3 -m pip install --force-reinstall vllm  # brings the torch and CUDA runtime it was built with",
+        ],
+        "sources": ["vllm-project/vllm#52300", "vllm-project/vllm#31018", "vllm-project/vllm#1369", "vllm-project/vllm#5232"],
+        "confirm_rules": ["GD510", "GD503:nvidia|cuda", "GD207"],
+        "facts": ["torch.version", "torch.cuda", "env.LD_LIBRARY_PATH"],
+    },
+    {
+        "id": "SIG-libstdcxx-too-old",
+        "key": "libstdcxx_too_old",
+        "title": "The loaded libstdc++ is older than a binary needs (GLIBCXX_x not found)",
+        "patterns": [r"version [`'](?P<version>(?:GLIBCXX|CXXABI)_[\d.]+)' not found"],
+        "cause": (
+            "A compiled module was built with a newer GCC than the libstdc++.so.6 the process loads: an old OS libstdc++, "
+            "or (very often) an old one inside a conda environment that shadows the system's."
+        ),
+        "fix": "Load a newer libstdc++ (conda install -c conda-forge libstdcxx-ng, or put the system's first on LD_LIBRARY_PATH), or use a newer OS image.",
+        "commands": [
+            "strings \"$(python3 -c 'import ctypes.util; print(ctypes.util.find_library(\"stdc++\"))')\" 2>/dev/null | grep -c GLIBCXX_",
+            "conda install -c conda-forge 'libstdcxx-ng>=12'",
+        ],
+        "sources": ["pytorch/pytorch#87279", "kvcache-ai/ktransformers#439", "llm-d/llm-d#445"],
+        "confirm_rules": ["GD207"],
+        "cannot_check": "gpudoctor does not read the version of the libstdc++ a process loads",
+        "facts": ["env.LD_LIBRARY_PATH", "python.executable"],
+    },
+    {
+        "id": "SIG-glibc-too-old",
+        "key": "glibc_too_old",
+        "title": "The system's glibc is older than a wheel needs (GLIBC_x not found)",
+        "patterns": [r"version [`'](?P<version>GLIBC_[\d.]+)' not found"],
+        "cause": "A wheel built for a newer manylinux (glibc) than this OS provides was installed; glibc cannot be replaced inside an environment.",
+        "fix": "Use an OS or container image with a newer glibc (e.g. Ubuntu 22.04+), or a build of the package for this glibc.",
+        "commands": ["ldd --version | head -1", "python3 -m pip debug --verbose 2>/dev/null | grep -m3 manylinux"],
+        "sources": ["vllm-project/vllm#6562"],
+        "cannot_check": "gpudoctor does not compare the glibc with the wheels' manylinux tags yet",
+        "facts": ["host.os"],
+    },
+    {
+        "id": "SIG-flash-attn-version-range",
+        "key": "flash_attn_version_mismatch",
+        "title": "A package accepts only a range of flash-attn versions (Requires Flash-Attention version …)",
+        "patterns": [r"Requires Flash-Attention version (?P<wanted>\S+) but got (?P<installed>[\w.+-]+?)\.?(?:\s|$)"],
+        "cause": "xformers (or another package) checks flash-attn's version at import and refuses the installed one: flash-attn was upgraded past (or is below) the range it was built and tested with.",
+        "fix": "Install a flash-attn inside the printed range, or the xformers release made for the installed flash-attn.",
+        "commands": ["python3 -m pip list 2>/dev/null | grep -iE '^(xformers|flash.attn)'", "python3 -m pip install 'flash-attn>=2.7.1,<=2.8.2' --no-build-isolation"],
+        "sources": ["OpenBMB/MiniCPM-V#974", "rednote-hilab/dots.ocr#31"],
+        "confirm_rules": ["GD503:flash"],
+        "facts": ["flash_attn.*"],
     },
 )
 

@@ -168,6 +168,7 @@ SERVING = (
         "patterns": [
             r"argument --reasoning-parser: invalid choice: '(?P<parser>[^']+)'",
             r"invalid reasoning parser: (?P<parser>[\w.-]+)",
+            r"Reasoning parser '(?P<parser>[^']+)' not found",
         ],
         "cause": "The reasoning parser was added in a later vLLM release, comes from a plugin that failed to load, or the name is misspelt.",
         "fix": "Upgrade vLLM to a release that has the parser, or pick one from the list the error prints.",
@@ -341,6 +342,84 @@ SERVING = (
         "cannot_check": "the network between the nodes is outside what gpudoctor probes on one machine",
         "facts": ["env.MASTER_ADDR", "env.MASTER_PORT", "env.GLOO_SOCKET_IFNAME", "env.NCCL_SOCKET_IFNAME"],
     },
+    {
+        "id": "SIG-tensor-parallel-not-divisible",
+        "key": "tp_size_not_divisible",
+        "title": "The tensor-parallel size does not divide the model's attention heads",
+        "patterns": [
+            r"Total number of attention heads \((?P<heads>\d+)\) must be divisible by tensor parallel size \((?P<tp>\d+)\)",
+            r"num_heads \((?P<heads>\d+)\) must be divisible by mp_size \((?P<tp>\d+)\)",
+        ],
+        "cause": "Tensor parallelism splits the attention heads evenly across GPUs: the head count (and KV-head count) must be a multiple of --tensor-parallel-size.",
+        "fix": "Use a tensor-parallel size that divides the head count (e.g. 52 heads: 1, 2, 4 or 13), and pipeline parallelism for the remaining GPUs.",
+        "commands": ["vllm serve MODEL --tensor-parallel-size 4 --pipeline-parallel-size 2", _LAUNCH],
+        "sources": ["vllm-project/vllm#2652", "vllm-project/vllm#414", "vllm-project/vllm#596", "microsoft/DeepSpeed#3634"],
+        "confirm_rules": ["GD706"],
+        "facts": ["gpu.count"],
+    },
+    {
+        "id": "SIG-model-arch-not-supported",
+        "key": "model_arch_not_supported",
+        "title": "vLLM does not implement the model's architecture",
+        "patterns": [
+            # When the architecture is in the printed list of supported ones, the model failed to import: a symptom (below).
+            r"Model architectures \['(?P<architecture>\w+)'\] are not supported for now?(?![^\n]*Supported architectures: \[[^\]]*'(?P=architecture)')",
+        ],
+        "cause": (
+            "The architecture in the model's config.json is not one this vLLM implements: it came in a later release, or the "
+            "model needs --trust-remote-code / a plugin. vLLM prints the same line when a supported architecture's module "
+            "failed to import: then an earlier 'Error in inspecting model architecture' traceback holds the cause."
+        ),
+        "fix": "Upgrade vLLM to a release that supports the architecture (see its supported-models list), or serve the model with --trust-remote-code where it ships its code.",
+        "commands": ["python3 -m pip install -U vllm", _LAUNCH],
+        "thread_fixes": [
+            {"fix": "maintainer: Qwen2ForSequenceClassification is only supported by more recent vLLM (reporter on 0.6.1): upgrade",
+             "url": "https://github.com/vllm-project/vllm/issues/10990"},
+        ],
+        "sources": ["vllm-project/vllm#10990"],
+        "confirm_rules": ["GD723"],
+        "facts": ["vllm.*"],
+    },
+    {
+        "id": "SIG-cuda-fork-reinit",
+        "key": "cuda_fork_reinit",
+        "title": "CUDA was initialised before a fork (Cannot re-initialize CUDA in forked subprocess)",
+        "patterns": [r"Cannot re-initialize CUDA in forked subprocess"],
+        "cause": "The parent process touched CUDA (often an import or a torch.cuda call in user code) before multiprocessing forked the workers; a forked child cannot use CUDA.",
+        "fix": "Use the spawn start method for vLLM's workers (VLLM_WORKER_MULTIPROC_METHOD=spawn), and keep CUDA calls out of module import time.",
+        "commands": ["export VLLM_WORKER_MULTIPROC_METHOD=spawn"],
+        "sources": ["vllm-project/vllm#7151", "lm-sys/FastChat#3507", "GeeeekExplorer/nano-vllm#22"],
+        "cannot_check": "it depends on the program's start-up order, not on this machine",
+        "facts": ["env.VLLM_WORKER_MULTIPROC_METHOD"],
+    },
+    {
+        "id": "SIG-no-cuda-gpus-visible",
+        "key": "cuda_visible_devices_no_gpu",
+        "title": "No CUDA GPUs are available (CUDA_VISIBLE_DEVICES hides them)",
+        "patterns": [r"No CUDA GPUs are available"],
+        "cause": "CUDA sees no device: CUDA_VISIBLE_DEVICES names GPUs that do not exist (an index copied from another machine, set inside the script), or is empty.",
+        "fix": "Set CUDA_VISIBLE_DEVICES to indices (or UUIDs) that exist here, or unset it; check the script does not set it itself.",
+        "commands": ["echo \"CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"; nvidia-smi -L", "unset CUDA_VISIBLE_DEVICES"],
+        "thread_fixes": [
+            {"fix": "train.py set CUDA_VISIBLE_DEVICES='1' on a machine without that index; removing it fixed it", "url": "https://github.com/CoMoSVC/CoMoSVC/issues/6"},
+        ],
+        "sources": ["CoMoSVC/CoMoSVC#6", "vine-project/vine#3"],
+        "confirm_rules": ["GD308"],
+        "other_rules": ["GD101"],
+        "facts": ["env.CUDA_VISIBLE_DEVICES", "gpu.count"],
+    },
+    {
+        "id": "SIG-swap-space-too-large",
+        "key": "swap_space_too_large",
+        "title": "vLLM's --swap-space takes (almost) all CPU memory",
+        "patterns": [r"Too large swap space\. (?P<swap>[\d.]+ ?GiB) out of the (?P<total>[\d.]+ ?GiB) total CPU memory"],
+        "cause": "--swap-space (CPU memory reserved for swapped KV blocks, per GPU) is more than vLLM allows of this machine's RAM.",
+        "fix": "Lower --swap-space (e.g. 1 or 0) on machines with little RAM.",
+        "commands": ["vllm serve MODEL --swap-space 1", "free -g"],
+        "sources": ["index-tts/index-tts#99"],
+        "confirm_rules": ["GD7:swap"],
+        "facts": ["host.memory_total"],
+    },
     # --- symptoms: where a program gave up, not why. Never the answer on their own. ---
     {
         "id": "SIG-worker-failed-to-start",
@@ -355,6 +434,9 @@ SERVING = (
             r"Engine process failed to start",
             r"Got fatal signal from worker process",
             r"Error executing method \w+\. This might cause deadlock in distributed execution",
+            r"Error in inspecting model architecture",
+            r"Model architectures \[[^\]]*\] failed to be inspected",
+            r"Model architectures \['(?P<architecture>\w+)'\] are not supported for now[^\n]*Supported architectures: \[[^\]]*'(?P=architecture)'",
         ],
         "hint": (
             "the first ERROR line of a worker, e.g. '(VllmWorker rank=0 pid=…) ERROR … [multiproc_executor.py] WorkerProc "
