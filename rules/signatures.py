@@ -242,6 +242,7 @@ SIGNATURES = (
         "patterns": [
             r"Error 803:?\s*system has unsupported display driver\s*/\s*cuda driver combination",
             r"system has unsupported display driver\s*/\s*cuda driver combination",
+            r"Error 803:?\s*system has unsupported display driver",
             r"cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
         ],
         "cause": (
@@ -534,7 +535,7 @@ SIGNATURES = (
     },
     {
         "id": "SIG-no-driver",
-        "key": "no_nvidia_driver",
+        "key": "no_driver",
         "title": "No NVIDIA driver reachable",
         "patterns": [
             r"Found no NVIDIA driver on your system",
@@ -819,6 +820,37 @@ SIGNATURES = (
         "sources": ["OpenBMB/MiniCPM-V#974", "rednote-hilab/dots.ocr#31"],
         "confirm_rules": ["GD503:flash"],
         "facts": ["flash_attn.*"],
+    },
+    {
+        "id": "SIG-cuda-driver-init-failed",
+        "key": "cuda_driver_init_failed",
+        "title": "CUDA driver initialisation failed (cuInit)",
+        "patterns": [
+            r"CUDA driver initialization failed, you might not have a CUDA gpu",
+            r"cuInit failed: unknown error",
+            r"cuInit\(0\) failed|CUDA_ERROR_UNKNOWN[^\n]*cuInit",
+        ],
+        "cause": (
+            "libcuda loaded but could not start the GPU: no NVIDIA GPU, its kernel module (or nvidia_uvm) not loaded, the "
+            "/dev/nvidia* nodes missing in a container, or a GPU in a bad state after suspend or an Xid error."
+        ),
+        "fix": "Make nvidia-smi work first; load nvidia_uvm (sudo modprobe nvidia_uvm) and check dmesg; in containers pass the GPUs (--gpus all).",
+        "commands": ["nvidia-smi", "ls -l /dev/nvidia*", "sudo modprobe nvidia_uvm && sudo dmesg | grep -iE 'nvrm|xid' | tail"],
+        "sources": ["Points2Surf/points2surf#17", "wenet-e2e/wenet#700", "ratt-ru/PyMORESANE#22"],
+        "confirm_rules": ["GD101", "GD102"],
+        "facts": ["driver.nvml", "driver.kernel_module_version", "gpu.count"],
+    },
+    {
+        "id": "SIG-invalid-device-ordinal",
+        "key": "invalid_device_ordinal",
+        "title": "CUDA error: invalid device ordinal (a GPU index that does not exist)",
+        "patterns": [r"invalid device ordinal"],
+        "cause": "The code asks for GPU N (cuda:N, --gpu-id, local rank) but fewer GPUs are visible: CUDA_VISIBLE_DEVICES narrows them, or the index was written for a bigger machine.",
+        "fix": "Use an index below the number of visible GPUs, or widen CUDA_VISIBLE_DEVICES; tensor/data parallel sizes must fit the visible GPUs.",
+        "commands": ["echo \"CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"; nvidia-smi -L"],
+        "sources": ["pytorch/pytorch#14", "thuml/Time-LLM#10"],
+        "confirm_rules": ["GD308", "GD705"],
+        "facts": ["env.CUDA_VISIBLE_DEVICES", "gpu.count"],
     },
 )
 
