@@ -442,6 +442,7 @@ SERVING = (
             r"Got fatal signal from worker process",
             r"Error executing method \w+\. This might cause deadlock in distributed execution",
             r"Error in inspecting model architecture",
+            r"EngineDeadError: EngineCore encountered an issue",
             r"Model architectures \[[^\]]*\] failed to be inspected",
             r"Model architectures \['(?P<architecture>\w+)'\] are not supported for now[^\n]*Supported architectures: \[[^\]]*'(?P=architecture)'",
         ],

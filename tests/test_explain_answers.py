@@ -158,3 +158,21 @@ def run(*args, stdin=None):
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
+
+
+def test_explain_log_on_a_whole_real_vllm_startup_log_names_the_root_line():
+    """A real 223-line `vllm serve` log (vLLM 0.25.1, DGX Spark; source in the sidecar): the root error is
+    line 127, the last line is the API server's generic "Engine core initialization failed"."""
+    log = CORPUS / "logs" / "vllm-kv-cache-too-small-dgx-spark.log"
+    side = json.loads(log.with_suffix(".json").read_text(encoding="utf-8"))
+    doc = json.loads(run("explain", "--log", str(log), "--no-confirm", "--format", "json").stdout)
+    assert doc["answer"]["root_cause"] == "SIG-kv-cache-no-room" and doc["answer"]["cause_key"] == side["cause"]
+    root = doc["matches"][0]
+    assert root["line"] == side["root_cause_line_number"] == 127
+    assert side["root_cause_line"].startswith(root["text"].rstrip("…"))
+    # vLLM logs "EngineCore failed to start." (line 104) *above* the traceback that ends in the cause: a symptom,
+    # listed last whatever its line, and never the answer
+    symptom = doc["matches"][-1]
+    assert symptom["id"] == "SIG-worker-failed-to-start" and symptom["line"] == 104 and symptom["count"] >= 2
+    out = run("explain", "--log", str(log), "--no-confirm").stdout
+    assert out.startswith(f"Root cause in {log}: line 127: vLLM: no memory left for the KV cache")

@@ -130,5 +130,7 @@ def test_a_whole_log_is_answered_with_its_root_cause_line(log):
     assert diagnosis.root is not None, side["source"]["url"]
     assert diagnosis.root.signature.key == side["cause"], (diagnosis.root.signature.id, side["cause"])
     assert side["root_cause_line"].strip() in diagnosis.root.text or diagnosis.root.text.rstrip("…") in side["root_cause_line"]
+    if side.get("root_cause_line_number"):
+        assert diagnosis.root.line == side["root_cause_line_number"], diagnosis.root.line
     if side.get("last_error_line"):
         assert side["last_error_line"].strip() not in diagnosis.root.text
