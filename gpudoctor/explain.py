@@ -22,7 +22,7 @@ from gpudoctor.snapshot import Snapshot
 MAX_LOG_BYTES = 4 << 20  # read at most the last 4 MiB of a log
 MAX_LINE = 20000  # characters of one line that are searched (a minified blob is not a log line)
 _JOIN_LIMIT = 256 << 10  # pasted text below this is also tried with its lines joined (terminal wraps)
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")  # an OSC title never spans lines
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _SIG_ID = re.compile(r"^SIG-[a-z0-9]+(?:-[a-z0-9]+)*$")
 _CONFIRM_SPEC = re.compile(r"^GD(?P<prefix>\d{1,3})(?::(?P<filter>.+))?$")

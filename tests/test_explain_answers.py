@@ -176,3 +176,9 @@ def test_explain_log_on_a_whole_real_vllm_startup_log_names_the_root_line():
     assert symptom["id"] == "SIG-worker-failed-to-start" and symptom["line"] == 104 and symptom["count"] >= 2
     out = run("explain", "--log", str(log), "--no-confirm").stdout
     assert out.startswith(f"Root cause in {log}: line 127: vLLM: no memory left for the KV cache")
+
+
+def test_an_unterminated_terminal_title_does_not_swallow_the_lines_after_it():
+    # Binary garbage can hold an OSC start (ESC ]) whose BEL comes lines later: only its own line is cleaned.
+    text = explain.clean("\x1b]0;garbage\nRuntimeError: Failed to infer device type\n\x07 more")
+    assert [m.signature.id for m in explain.match_text(text)] == ["SIG-failed-to-infer-device-type"]
