@@ -211,6 +211,7 @@ SERVING = (
             r"Ray does not allocate any GPUs on the driver node",
             r"The number of required GPUs exceeds the total number of available GPUs in the placement group",
             r"Cannot provide a placement group of",
+            r"Waiting for creating a placement group of specs for \d+ seconds",
         ],
         "cause": "The Ray cluster does not offer the GPUs the placement group asks for where vLLM needs them: no GPU bundle on the driver's node, fewer GPUs than tensor × pipeline parallel, or a node that has not joined.",
         "fix": "Run the driver on a GPU node (or put it in the placement group's bundle), and make tensor × pipeline parallel size fit the GPUs `ray status` shows.",
