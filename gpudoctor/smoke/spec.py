@@ -1,0 +1,63 @@
+"""Step 7: speculative decoding — /metrics counter deltas around the run, per-response counts."""
+
+
+from typing import Any, Dict, Optional
+
+from gpudoctor.smoke import metrics as prom
+from gpudoctor.smoke.client import (
+    ClientError,
+)
+from gpudoctor.snapshot import NOT_SUPPORTED, OK, Fact
+from gpudoctor.smoke.session import SOURCE, Run
+
+def scrape_metrics(run_: Run) -> Optional[Dict[str, Any]]:
+    """One /metrics scrape: {"counters": …, "legacy": …} or {"error": …}; None past the deadline."""
+    left = run_.remaining()
+    if left <= 0.05:
+        return None
+    try:
+        response = run_.client.request("GET", "/metrics", timeout=min(10.0, left))
+    except ClientError as exc:
+        return {"error": exc.message}
+    if response.status != 200:
+        return {"error": f"/metrics: {response.status} {response.reason}".rstrip() + (
+            " (llama.cpp serves it only with --metrics)" if response.status in (404, 501) else "")}
+    if response.looks_like_html():
+        return {"error": "/metrics answered HTML, not Prometheus text"}
+    samples, bad = prom.parse(response.text())
+    return {"counters": prom.spec_counters(samples), "legacy": prom.legacy_gauges(samples), "samples": len(samples), "bad_lines": bad}
+
+
+def spec_fact(run_: Run, before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]) -> Fact:
+    opts = run_.opts
+    value: Dict[str, Any] = {"expected": opts.expect_spec}
+    per = dict(run_.per_response)
+    if per["responses"]:
+        value["per_response"] = {
+            "source": per["kind"],
+            "responses": per["responses"],
+            "draft_tokens": per["draft_tokens"],
+            "accepted_tokens": per["accepted_tokens"],
+            "acceptance_rate": round(per["accepted_tokens"] / per["draft_tokens"], 4) if per["draft_tokens"] else None,
+        }
+    metrics_ok = bool(before) and bool(after) and "error" not in before and "error" not in after
+    if metrics_ok:
+        value["metrics"] = "ok"
+        delta = prom.spec_delta(before["counters"], after["counters"])
+        if after.get("legacy"):
+            value["legacy_gauges"] = after["legacy"]
+        if delta is None:
+            value.update(source="metrics", counters=False, drafts=0, draft_tokens=0, accepted_tokens=0)
+        else:
+            value.update(source="metrics", counters=True, metric_names=after["counters"]["metric_names"], **delta)
+        value["note"] = "counter deltas are server-wide: other traffic during the check is included"
+        return Fact(value, OK, SOURCE)
+    problem = (after or {}).get("error") or (before or {}).get("error") or "not scraped: the deadline was reached"
+    value["metrics"] = problem
+    if "per_response" in value:
+        pr = value["per_response"]
+        value.update(source="per_response", counters=False, drafts=None, draft_tokens=pr["draft_tokens"],
+                     accepted_tokens=pr["accepted_tokens"], acceptance_rate=pr["acceptance_rate"])
+        return Fact(value, OK, SOURCE)
+    return Fact(value, NOT_SUPPORTED, SOURCE, f"no speculative-decoding numbers: {problem}")
+

@@ -1,0 +1,222 @@
+"""Steps 4 and 5: one streamed request measured token by token, then N in parallel."""
+
+
+import json
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from gpudoctor.smoke.client import (
+    CLOSED,
+    ClientError,
+    HTTPStatus,
+    StreamResult,
+)
+from gpudoctor.smoke.text import degenerate
+from gpudoctor.snapshot import ERROR, OK, TIMEOUT, Fact
+from gpudoctor.smoke.session import SOURCE, Run, StepError, make_payload, usage_of
+from gpudoctor.smoke.answers import STREAM_PROMPT
+
+def percentile(values: List[float], q: float) -> Optional[float]:
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any]:
+    """Run one streamed request; return its measurements or raise StepError (with them)."""
+    result = StreamResult()
+    m: Dict[str, Any] = {"events": 0, "done": False}
+    token_times: List[float] = []
+    text: List[str] = []
+    reasoning: List[str] = []
+    tool_deltas = 0
+    finish_reason = None
+    usage = None
+    timings = None
+    server_metrics = None
+    t0 = time.perf_counter()
+
+    def finish() -> Dict[str, Any]:
+        total = time.perf_counter() - t0
+        m.update(events=result.events, done=result.done, bytes=result.bytes_read, finish_reason=finish_reason,
+                 text_chunks=len(token_times), text="".join(text)[:300], reasoning_chars=len("".join(reasoning)),
+                 tool_call_deltas=tool_deltas, usage=usage, total_s=round(total, 4))
+        n = usage.get("completion_tokens") if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int) else len(token_times)
+        m["completion_tokens"] = n
+        m["tokens_counted_by"] = "usage" if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int) else "chunks"
+        if token_times:
+            m["ttft_ms"] = round((token_times[0] - t0) * 1000, 2)
+            gaps = [(b - a) * 1000 for a, b in zip(token_times, token_times[1:])]
+            m["itl_p50_ms"] = _round(percentile(gaps, 50))
+            m["itl_p95_ms"] = _round(percentile(gaps, 95))
+            span = token_times[-1] - token_times[0]
+            m["decode_tokens_per_s"] = round((n - 1) / span, 2) if n > 1 and span > 0 else None
+            m["e2e_tokens_per_s"] = round(n / total, 2) if total > 0 else None
+        if timings or server_metrics:
+            m["server_timings"] = _server_timings(timings, server_metrics, m)
+        return m
+
+    try:
+        for event in run_.client.stream("/v1/chat/completions", payload, run_.timeout_left(), result):
+            if event.data.strip() == "[DONE]":
+                continue
+            if result.done:
+                continue
+            try:
+                chunk = json.loads(event.data)
+            except ValueError:
+                raise StepError(run_.failure("invalid_json", f"{what}: chunk {result.events} is not JSON: {event.data[:80]!r}",
+                                             result.status, {"measured": finish()})) from None
+            if not isinstance(chunk, dict):
+                raise StepError(run_.failure("invalid_json", f"{what}: chunk {result.events} is not a JSON object",
+                                             result.status, {"measured": finish()}))
+            if chunk.get("error"):
+                err = chunk["error"]
+                msg = err.get("message") if isinstance(err, dict) else str(err)
+                raise StepError(run_.failure("server_error", f"{what}: the server sent an error mid-stream: {str(msg)[:200]}",
+                                             result.status, {"measured": finish()}))
+            if isinstance(chunk.get("usage"), dict):
+                usage = usage_of(chunk)
+            if isinstance(chunk.get("timings"), dict):
+                timings = chunk["timings"]
+            if isinstance(chunk.get("metrics"), dict):
+                server_metrics = chunk["metrics"]
+            choices = chunk.get("choices") if isinstance(chunk.get("choices"), list) else []
+            for choice in choices:
+                if not isinstance(choice, dict):
+                    continue
+                delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+                piece = delta.get("content") if isinstance(delta.get("content"), str) else ""
+                thought = ""
+                for name in ("reasoning", "reasoning_content"):
+                    if isinstance(delta.get(name), str):
+                        thought += delta[name]
+                calls = delta.get("tool_calls")
+                if piece or thought or calls:
+                    token_times.append(event.at)
+                text.append(piece)
+                reasoning.append(thought)
+                if calls:
+                    tool_deltas += 1
+                if choice.get("finish_reason"):
+                    finish_reason = choice["finish_reason"]
+    except HTTPStatus as exc:
+        raise StepError(run_.from_http(exc.response, what)) from None
+    except ClientError as exc:
+        kind = "stream_cut" if exc.kind in (CLOSED, "cut") else exc.kind
+        message = exc.message
+        if kind == "stream_cut":
+            message = f"{what}: the stream was cut after {result.events} events, without [DONE]"
+        raise StepError(run_.failure(kind, message, result.status or None, {"measured": finish()})) from None
+    measured = finish()
+    run_.note_spec({"timings": timings, "metrics": server_metrics})  # the last chunk's counts cover the request
+    if not result.done:
+        raise StepError(run_.failure("stream_cut", f"{what}: the stream ended after {result.events} events without data: [DONE]",
+                                     result.status, {"measured": measured}))
+    return measured
+
+
+def _round(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(value, 2)
+
+
+def _server_timings(timings: Optional[Dict[str, Any]], server_metrics: Optional[Dict[str, Any]], m: Dict[str, Any]) -> Dict[str, Any]:
+    """The server's own numbers next to ours, computed the same way.
+
+    llama.cpp: ``prompt_ms`` runs from the start of prompt processing to the first sampled
+    token (its TTFT without HTTP and queueing); ``predicted_ms`` from the first to the
+    last sampled token, over ``predicted_n`` tokens — so its decode rate on our definition
+    ((n − 1) tokens over the first-to-last span) is (predicted_n − 1) / predicted_ms. The
+    xllamacpp 2026.10 build's own ``predicted_per_second`` is exactly that; it is
+    recomputed here so that an older build dividing by predicted_n compares the same way.
+    """
+    out: Dict[str, Any] = {}
+    if isinstance(timings, dict):
+        prompt_ms = timings.get("prompt_ms")
+        n = timings.get("predicted_n")
+        span_ms = timings.get("predicted_ms")
+        out["source"] = "timings"
+        out["prompt_ms"] = _round(prompt_ms) if isinstance(prompt_ms, (int, float)) else None
+        out["prompt_n"] = timings.get("prompt_n")
+        out["predicted_n"] = n
+        out["predicted_ms"] = _round(span_ms) if isinstance(span_ms, (int, float)) else None
+        out["predicted_per_second"] = _round(timings.get("predicted_per_second")) if isinstance(timings.get("predicted_per_second"), (int, float)) else None
+        if isinstance(n, (int, float)) and isinstance(span_ms, (int, float)) and n > 1 and span_ms > 0:
+            out["decode_tokens_per_s"] = round((n - 1) / (span_ms / 1000.0), 2)
+        out["ttft_ms"] = out["prompt_ms"]
+    elif isinstance(server_metrics, dict):  # vLLM --enable-per-request-metrics (anchors.md §1.17)
+        out["source"] = "metrics"
+        out["ttft_ms"] = _round(server_metrics.get("time_to_first_token_ms")) if isinstance(server_metrics.get("time_to_first_token_ms"), (int, float)) else None
+        tps = server_metrics.get("tokens_per_second")
+        out["decode_tokens_per_s"] = _round(tps) if isinstance(tps, (int, float)) else None
+    if isinstance(out.get("ttft_ms"), (int, float)) and out["ttft_ms"] > 0 and isinstance(m.get("ttft_ms"), (int, float)):
+        out["ttft_diff_pct"] = round((m["ttft_ms"] - out["ttft_ms"]) / out["ttft_ms"] * 100, 2)
+    if isinstance(out.get("decode_tokens_per_s"), (int, float)) and out["decode_tokens_per_s"] > 0 and isinstance(m.get("decode_tokens_per_s"), (int, float)):
+        out["tokens_per_s_diff_pct"] = round((m["decode_tokens_per_s"] - out["decode_tokens_per_s"]) / out["decode_tokens_per_s"] * 100, 2)
+    return out
+
+
+def stream(run_: Run, model: Optional[str]) -> Fact:
+    payload = make_payload(model, STREAM_PROMPT, temperature=0, max_tokens=run_.opts.stream_tokens, stream=True,
+                       stream_options={"include_usage": True})
+    measured = _stream_once(run_, payload, "streamed request")
+    measured["degenerate"] = degenerate(measured.get("text", "")) if measured.get("text", "").strip() else (
+        None if measured.get("reasoning_chars") else "empty text")
+    measured["max_tokens"] = run_.opts.stream_tokens
+    return Fact(measured, OK, SOURCE)
+
+
+# --- 5. concurrency ----------------------------------------------------------------------
+def concurrency(run_: Run, model: Optional[str]) -> Fact:
+    run_.timeout_left()  # past the deadline: "not run", not "failed"
+    n = max(1, run_.opts.concurrency)
+    results: List[Any] = [None] * n
+
+    def worker(index: int) -> None:
+        payload = make_payload(model, f"Count from {index + 1} to {index + 20}, separated by commas.", temperature=0,
+                           max_tokens=run_.opts.concurrency_tokens, stream=True, stream_options={"include_usage": True})
+        try:
+            results[index] = _stream_once(run_, payload, f"stream {index + 1}/{n}")
+        except StepError as exc:
+            results[index] = exc.fact
+        except Exception as exc:  # a thread must report, not vanish
+            results[index] = Fact({"error": "internal", "message": str(exc)}, ERROR, SOURCE, f"{type(exc).__name__}: {exc}")
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,), name=f"smoke-stream-{i}", daemon=True) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, run_.remaining()) + 1.0)
+    wall = time.perf_counter() - t0
+    done = [r for r in results if isinstance(r, dict)]
+    failed = [r for r in results if not isinstance(r, dict)]
+    tokens = sum(r.get("completion_tokens") or 0 for r in done)
+    failures = []
+    for r in failed:
+        if isinstance(r, Fact):
+            failures.append({"error": (r.value or {}).get("error") if isinstance(r.value, dict) else r.status, "message": r.detail})
+        else:
+            failures.append({"error": "timeout", "message": "the stream did not finish before the deadline"})
+    ttfts = [r["ttft_ms"] for r in done if isinstance(r.get("ttft_ms"), (int, float))]
+    value = {
+        "requested": n,
+        "completed": len(done),
+        "failed": failures,
+        "completion_tokens": tokens,
+        "wall_s": round(wall, 3),
+        "aggregate_tokens_per_s": round(tokens / wall, 2) if wall > 0 and tokens else None,
+        "ttft_p50_ms": _round(percentile(ttfts, 50)),
+        "ttft_max_ms": _round(max(ttfts)) if ttfts else None,
+        "degenerate": [r.get("text", "")[:60] for r in done if r.get("text", "").strip() and degenerate(r.get("text", ""))],
+    }
+    if not done and failures:
+        first = failed[0]
+        status = first.status if isinstance(first, Fact) else TIMEOUT
+        return Fact(value, status, SOURCE, f"none of {n} parallel streams completed: {failures[0]['message']}")
+    return Fact(value, OK, SOURCE)
