@@ -338,6 +338,12 @@ def chat_answer_broken(snap):
     all of `max_tokens` thinking returns empty content with finish_reason "length": the
     client sees an empty answer although the server works.
 
+    The answer must also answer: gpudoctor takes the code out of it (`ast`), finds the
+    `def` and runs it on fifteen numbers in a child interpreter (`-I`, CPU/memory limits, a
+    5 s timeout, no file, process or network builtins). An answer about something else, code
+    that does not parse, or a function that is wrong is a warning: it is what a user would
+    see, though a small model can get it wrong on a healthy server.
+
     ## Fix
     Empty content with reasoning: raise `max_tokens` (or lower the thinking budget).
     Degenerate text: as for GD803. Missing usage / finish_reason: a proxy or an old server
@@ -371,6 +377,15 @@ def chat_answer_broken(snap):
         fails.append(Fail(f"degenerate answer ({value['degenerate']})", evidence + [("server.chat.content", value.get("content"))],
                           Fix("As for GD803: check attention backend, dtype/quantization and chat template.",
                               ["gpudoctor explain GD803"])))
+    check = value.get("answer_check") if isinstance(value.get("answer_check"), dict) else {}
+    if check.get("verdict") in ("wrong", "no_code", "syntax_error", "no_function") and not fails:
+        fails.append(Fail(f"the answer does not answer the request: {check.get('reason')}",
+                          evidence + [("server.chat.answer_check.verdict", check.get("verdict")),
+                                      ("server.chat.content", value.get("content"))],
+                          Fix("A small or heavily quantized model may write wrong code; a model that knows Python and "
+                              "still answers off-topic points at the chat template or a broken kernel (as for GD803).",
+                              [_curl(snap), "gpudoctor explain GD803"]),
+                          severity=WARNING))
     if not value.get("finish_reason"):
         fails.append(Fail("the answer has no finish_reason", evidence,
                           Fix("An old server or a proxy drops it; clients that check it will misbehave.", [_curl(snap)]),
@@ -572,6 +587,47 @@ def spec_decode_not_accepted(snap):
     return None
 
 
+# --- GD812 -------------------------------------------------------------------------------
+@rule("GD812", "streamed-tool-call-broken", severity=ERROR, area="server")
+def streamed_tool_call_broken(snap):
+    """A streamed tool call is malformed: the deltas lack id/type/name, or the argument fragments do not join into JSON.
+
+    ## Why
+    Agents stream. vLLM's tool parsers run incrementally on a stream: the first delta of a
+    call must carry `index`, `id`, `type: "function"` and `function.name`, and later deltas
+    `function.arguments` fragments that join into one JSON object (OpenAI's streaming
+    format). A parser can be right on whole text (GD807 passes) and still emit a stream
+    that clients cannot assemble, or leave the call as text in `content` deltas.
+
+    ## Fix
+    Use the tool-call parser that matches the model family; upgrade vLLM when the parser's
+    streaming path is fixed upstream (its release notes name "streaming" tool-parser fixes).
+
+    ## References
+    - OpenAI Chat Completions streaming: `choices[].delta.tool_calls[]` (`index`, `id`, `type`, `function`).
+    - vLLM docs, Tool Calling: https://docs.vllm.ai/en/latest/features/tool_calling.html
+    """
+    fact, skip = _step(snap, "server.tool_stream")
+    if skip:
+        return skip
+    if fact.status == "not_supported":
+        return NotApplicable(fact.detail)
+    if not fact.ok:
+        return request_failure(snap, "server.tool_stream", fact, "streamed tool-call request")
+    value = fact.value or {}
+    result = value.get("result")
+    evidence = [("server.tool_stream.result", result), ("server.tool_stream.deltas", value.get("deltas")),
+                ("server.tool_stream.first_id", value.get("first_id")), ("server.tool_stream.first_name", value.get("first_name")),
+                ("server.tool_stream.argument_fragments", value.get("argument_fragments"))]
+    fix = Fix("Use the tool-call parser that matches the model family.",
+              ["vllm serve MODEL --enable-auto-tool-choice --tool-call-parser NAME  # gpudoctor explain GD811 names NAME"])
+    if result == "malformed":
+        return Fail(f"malformed streamed tool call: {value.get('reason')}", evidence, fix)
+    if result == "unparsed_markup":
+        return Fail("the streamed tool call stayed as text in content deltas (wrong or missing --tool-call-parser)", evidence, fix)
+    return None
+
+
 # --- GD809 -------------------------------------------------------------------------------
 @rule("GD809", "reasoning-field-name", severity=INFO, area="server")
 def reasoning_field_name(snap):
@@ -582,6 +638,10 @@ def reasoning_field_name(snap):
     removed `reasoning_content` (PR #33402, merged 2026-01-30). A client written for one
     name reads an empty string from a server that sends the other: the thinking text is
     silently lost. Knowing which one this server sends tells which clients work.
+
+    A server that sends `reasoning` (current vLLM) passes; one that sends only
+    `reasoning_content` is reported as information, since clients written for current vLLM
+    read nothing there.
 
     ## Fix
     Read `reasoning` and fall back to `reasoning_content` in clients; with vLLM, replace
@@ -601,10 +661,10 @@ def reasoning_field_name(snap):
     if not field:
         return NotApplicable("no reasoning text in the answer (not a reasoning model, or no --reasoning-parser)")
     evidence = [("server.chat.reasoning_field", field), ("server.chat.reasoning_fields_present", present)]
-    if field == "reasoning" and "reasoning_content" not in present:
-        return Fail("the server sends reasoning in `reasoning` only: clients that read `reasoning_content` see no thinking text",
-                    evidence, Fix("Read `reasoning` (fall back to `reasoning_content` for older servers).",
-                                  ["grep -rn reasoning_content YOUR_CLIENT_CODE/"]))
+    if field == "reasoning":
+        # Current vLLM's field: a correctly configured server, nothing to report (the smoke
+        # table names the field).
+        return None
     if field == "reasoning_content" and "reasoning" not in present:
         return Fail("the server sends reasoning in `reasoning_content` only (older vLLM / DeepSeek style): clients "
                     "written for current vLLM read `reasoning` and see no thinking text",

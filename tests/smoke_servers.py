@@ -281,6 +281,7 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+PRIME_ANSWER = "Here it is:\n```python\ndef is_prime(n):\n    return n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))\n```"
 WORDS = "The capital of France is Paris . Here is a prime check in Python : def is_prime ( n ) : return n > 1".split()
 
 
@@ -371,7 +372,9 @@ def _handler(server: WireServer):
                 return
             if not (server.fault == "shapes" and body.get("stream")) and self._faulty("chat"):
                 return
-            if body.get("tools"):
+            if body.get("tools") and body.get("stream") and server.tool_mode != "unsupported":
+                self._tool_stream(body)
+            elif body.get("tools"):
                 self._tools(body)
             elif body.get("stream"):
                 self._stream(body)
@@ -387,6 +390,8 @@ def _handler(server: WireServer):
         def _complete(self, body: Dict[str, Any]) -> None:
             pieces = self._text(body)
             message: Dict[str, Any] = {"role": "assistant", "content": "".join(pieces)}
+            if "prime" in json.dumps(body.get("messages")) and server.text_mode == "normal":
+                message["content"] = PRIME_ANSWER
             finish = "stop"
             if server.reasoning_field:
                 message[server.reasoning_field] = "The user asks something simple. Answer briefly."
@@ -422,6 +427,36 @@ def _handler(server: WireServer):
             self._json(200, {"id": "chatcmpl-2", "object": "chat.completion", "model": server.model,
                              "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                              "usage": {"prompt_tokens": 60, "completion_tokens": 15, "total_tokens": 75}})
+
+        def _tool_stream(self, body: Dict[str, Any]) -> None:
+            """vLLM's streamed tool call: id/type/name first, then argument fragments."""
+            mode = server.tool_mode
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            head = {"id": "chatcmpl-4", "object": "chat.completion.chunk", "model": server.model}
+
+            def emit(delta: Dict[str, Any], finish: Optional[str] = None) -> None:
+                data = json.dumps({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                payload = f"data: {data}\n\n".encode()
+                self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
+                self.wfile.flush()
+
+            emit({"role": "assistant", "content": ""})
+            if mode in ("call", "bad_args"):
+                emit({"tool_calls": [{"index": 0, "id": "chatcmpl-tool-2", "type": "function",
+                                      "function": {"name": "get_weather", "arguments": ""}}]})
+                for part in (['{"city": ', '"Paris"}'] if mode == "call" else ["{'city': ", "Paris"]):
+                    emit({"tool_calls": [{"index": 0, "function": {"arguments": part}}]})
+                emit({}, "tool_calls")
+            else:
+                text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' if mode == "markup" else "It is sunny."
+                emit({"content": text})
+                emit({}, "stop")
+            payload = b"data: [DONE]\n\n"
+            self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n0\r\n\r\n")
+            self.wfile.flush()
 
         def _stream(self, body: Dict[str, Any]) -> None:
             fault = server.fault if server.fault_on in ("chat", "all") else None

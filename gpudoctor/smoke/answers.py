@@ -8,12 +8,13 @@ from typing import Any, Dict, Optional
 
 from gpudoctor.smoke.text import degenerate
 from gpudoctor.snapshot import NOT_SUPPORTED, OK, Fact
+from gpudoctor.smoke.codecheck import check_prime_answer
 from gpudoctor.smoke.session import SOURCE, Run, StepError, first_message, make_payload, reasoning_of, usage_of
 
 SEED = 20260425
 KNOWN_QUESTION = "What is the capital of France? Answer with one word."
 KNOWN_ANSWER = "Paris"
-ORIGIN_PROMPT = "Write a short Python function that returns True when a number is prime."
+ORIGIN_PROMPT = "Write a Python function that checks if a number is prime."
 # Long enough that prompt processing, not HTTP, dominates the time to first token, so the
 # measured TTFT can be compared with the server's own prompt time.
 STREAM_PROMPT = "Continue this list of numbers up to 100, separated by commas: " + ", ".join(str(i) for i in range(1, 41)) + ","
@@ -33,6 +34,9 @@ WEATHER_TOOL = {
 # Tool-call markup a model emits that a working parser would have turned into tool_calls
 # (hermes/qwen <tool_call>, mistral [TOOL_CALLS], llama3 <|python_tag|>, qwen3_coder
 # <function=…>, deepseek's tool-call tokens, a bare {"name": …, "arguments": …} object).
+# Raw thinking markup left in content: a reasoning model served without (or with the wrong)
+# --reasoning-parser (Qwen3, DeepSeek-R1, QwQ and most open reasoning models use these tags).
+THINK_TAG = re.compile(r"</?think>")
 TOOL_MARKUP = re.compile(
     r"<tool_call>|\[TOOL_CALLS\]|<\|python_tag\|>|<function=|<\|tool[▁_]call|<｜tool[▁_]call"
     r'|\{\s*"name"\s*:\s*"get_weather"'
@@ -66,6 +70,7 @@ def known_answer(run_: Run, model: Optional[str]) -> Fact:
         "answer_in": answer_in,
         "content": content[:300],
         "reasoning_chars": len(reasoning),
+        "think_tags_in_content": bool(THINK_TAG.search(content)),
         "finish_reason": choice.get("finish_reason"),
         "degenerate": degenerate(judged),
         "usage": usage_of(data),
@@ -98,11 +103,18 @@ def chat(run_: Run, model: Optional[str]) -> Fact:
         "reasoning_field": field,
         "reasoning_fields_present": present,
         "reasoning_chars": len(reasoning),
+        "think_tags_in_content": bool(THINK_TAG.search(content)),
+        "reasoning_has_answer": "def " in reasoning and "def " not in content,
         "finish_reason": choice.get("finish_reason"),
         "usage": usage_of(data),
         "degenerate": degenerate(content) if content.strip() else (degenerate(reasoning) if reasoning else "empty text"),
         "elapsed_s": round(elapsed, 3),
     }
+    # The answer is judged on content; a reasoning model cut off by max_tokens may have its
+    # only code in the reasoning, which is checked then (and said so).
+    judged_text = content if "def " in content or "def " not in reasoning else reasoning
+    value["answer_check"] = check_prime_answer(judged_text)
+    value["answer_check"]["checked"] = "content" if judged_text is content else "reasoning"
     return Fact(value, OK, SOURCE)
 
 

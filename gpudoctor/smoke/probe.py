@@ -31,10 +31,11 @@ import time
 from typing import Dict, Optional
 
 from gpudoctor.smoke.answers import chat, known_answer, tool_call
-from gpudoctor.smoke.ready import choose_model, discover_url, wait_ready
+from gpudoctor.smoke.ready import choose_model, discover_url, port_owners, wait_ready
+from gpudoctor.smoke.serverinfo import launch_fact, parsers_fact
 from gpudoctor.smoke.session import SOURCE, Options, Progress, Run, StepError
 from gpudoctor.smoke.spec import scrape_metrics, spec_fact
-from gpudoctor.smoke.streaming import concurrency, stream
+from gpudoctor.smoke.streaming import concurrency, stream, tool_stream
 from gpudoctor.snapshot import ABSENT, ERROR, OK, Fact
 
 __all__ = ["Options", "Progress", "discover_url", "run"]
@@ -46,7 +47,10 @@ STEP_FACTS = (
     "server.stream",
     "server.concurrency",
     "server.tool_call",
+    "server.tool_stream",
     "server.spec_decode",
+    "server.launch",
+    "server.parsers",
 )
 
 
@@ -79,6 +83,7 @@ def _run_steps(opts: Options, progress: Optional[Progress], facts: Dict[str, Fac
         return
     model, models_fact = choose_model(opts, models)
     facts["server.models"] = models_fact
+    facts["server.launch"], facts["server.parsers"] = server_info(run_)
     before = scrape_metrics(run_)
     steps = (
         ("server.known_answer", "known answer", lambda: known_answer(run_, model)),
@@ -86,6 +91,7 @@ def _run_steps(opts: Options, progress: Optional[Progress], facts: Dict[str, Fac
         ("server.stream", "streaming", lambda: stream(run_, model)),
         ("server.concurrency", "concurrency", lambda: concurrency(run_, model)),
         ("server.tool_call", "tool call", lambda: tool_call(run_, model)),
+        ("server.tool_stream", "streamed tool call", lambda: tool_stream(run_, model)),
     )
     for path, label, step in steps:
         run_.progress("step", f"smoke: {label} …")
@@ -100,3 +106,14 @@ def _run_steps(opts: Options, progress: Optional[Progress], facts: Dict[str, Fac
     facts["server.spec_decode"] = spec_fact(run_, before, after)
     run_.progress("clear", "")
 
+
+
+def server_info(run_: Run):
+    """``server.launch`` and ``server.parsers`` (a server on this machine only; never raises)."""
+    try:
+        owners = port_owners(run_.client.host, run_.client.port)
+        launch = launch_fact(owners.get("listeners") if owners is not None else None)
+        return launch, parsers_fact(launch)
+    except Exception as exc:  # psutil or file trouble must not cost the check
+        failed = Fact(None, ERROR, SOURCE, f"could not read the server's launch flags: {type(exc).__name__}: {exc}")
+        return failed, Fact(None, ERROR, SOURCE, failed.detail)

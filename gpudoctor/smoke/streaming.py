@@ -13,7 +13,7 @@ from gpudoctor.smoke.client import (
     StreamResult,
 )
 from gpudoctor.smoke.text import degenerate
-from gpudoctor.snapshot import ERROR, OK, TIMEOUT, Fact
+from gpudoctor.snapshot import NOT_SUPPORTED, ERROR, OK, TIMEOUT, Fact
 from gpudoctor.smoke.session import SOURCE, Run, StepError, make_payload, usage_of
 from gpudoctor.smoke.answers import STREAM_PROMPT
 
@@ -32,9 +32,11 @@ def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any
     result = StreamResult()
     m: Dict[str, Any] = {"events": 0, "done": False}
     token_times: List[float] = []
+    chunk_times: List[float] = []  # every chunk with choices, the role-only first one included
     text: List[str] = []
     reasoning: List[str] = []
     tool_deltas = 0
+    tool_parts: List[Any] = []  # every tool_calls[] item of every delta, in order (bounded)
     finish_reason = None
     usage = None
     timings = None
@@ -46,6 +48,8 @@ def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any
         m.update(events=result.events, done=result.done, bytes=result.bytes_read, finish_reason=finish_reason,
                  text_chunks=len(token_times), text="".join(text)[:300], reasoning_chars=len("".join(reasoning)),
                  tool_call_deltas=tool_deltas, usage=usage, total_s=round(total, 4))
+        if tool_parts:
+            m["tool_stream"] = tool_stream_summary(tool_parts)
         n = usage.get("completion_tokens") if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int) else len(token_times)
         m["completion_tokens"] = n
         m["tokens_counted_by"] = "usage" if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int) else "chunks"
@@ -57,6 +61,14 @@ def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any
             span = token_times[-1] - token_times[0]
             m["decode_tokens_per_s"] = round((n - 1) / span, 2) if n > 1 and span > 0 else None
             m["e2e_tokens_per_s"] = round(n / total, 2) if total > 0 else None
+        if chunk_times:
+            # vLLM sends its first chunk (the role) when the first token is out, even when that
+            # token is hidden (a reasoning parser swallows "<think>"), and the last one with the
+            # final token: the span between them is the server's first-to-last-token time.
+            m["first_chunk_ms"] = round((chunk_times[0] - t0) * 1000, 2)
+            span = chunk_times[-1] - chunk_times[0]
+            m["chunk_span_ms"] = round(span * 1000, 2)
+            m["decode_tokens_per_s_chunks"] = round((n - 1) / span, 2) if n > 1 and span > 0 else None
         if timings or server_metrics:
             m["server_timings"] = _server_timings(timings, server_metrics, m)
         return m
@@ -91,6 +103,8 @@ def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any
                 if not isinstance(choice, dict):
                     continue
                 delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+                if delta or choice.get("finish_reason"):
+                    chunk_times.append(event.at)
                 piece = delta.get("content") if isinstance(delta.get("content"), str) else ""
                 thought = ""
                 for name in ("reasoning", "reasoning_content"):
@@ -103,6 +117,8 @@ def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any
                 reasoning.append(thought)
                 if calls:
                     tool_deltas += 1
+                    if isinstance(calls, list) and len(tool_parts) < 2000:
+                        tool_parts.extend(calls[:8])
                 if choice.get("finish_reason"):
                     finish_reason = choice["finish_reason"]
     except HTTPStatus as exc:
@@ -150,14 +166,49 @@ def _server_timings(timings: Optional[Dict[str, Any]], server_metrics: Optional[
             out["decode_tokens_per_s"] = round((n - 1) / (span_ms / 1000.0), 2)
         out["ttft_ms"] = out["prompt_ms"]
     elif isinstance(server_metrics, dict):  # vLLM --enable-per-request-metrics (anchors.md §1.17)
-        out["source"] = "metrics"
-        out["ttft_ms"] = _round(server_metrics.get("time_to_first_token_ms")) if isinstance(server_metrics.get("time_to_first_token_ms"), (int, float)) else None
-        tps = server_metrics.get("tokens_per_second")
-        out["decode_tokens_per_s"] = _round(tps) if isinstance(tps, (int, float)) else None
+        return _vllm_timings(server_metrics, m)
     if isinstance(out.get("ttft_ms"), (int, float)) and out["ttft_ms"] > 0 and isinstance(m.get("ttft_ms"), (int, float)):
         out["ttft_diff_pct"] = round((m["ttft_ms"] - out["ttft_ms"]) / out["ttft_ms"] * 100, 2)
     if isinstance(out.get("decode_tokens_per_s"), (int, float)) and out["decode_tokens_per_s"] > 0 and isinstance(m.get("decode_tokens_per_s"), (int, float)):
         out["tokens_per_s_diff_pct"] = round((m["decode_tokens_per_s"] - out["decode_tokens_per_s"]) / out["decode_tokens_per_s"] * 100, 2)
+    return out
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _vllm_timings(server: Dict[str, Any], m: Dict[str, Any]) -> Dict[str, Any]:
+    """vLLM's per-request ``metrics`` next to ours, each figure on the same definition.
+
+    vLLM (vllm/entrypoints/generate/base/serving.py, build_per_request_timing_metrics):
+    ``mean_itl_ms`` = (last − first token time) / (n − 1), so 1000 / mean_itl_ms is
+    (n − 1) tokens over the first-to-last-token span — what we measure between the first and
+    the last chunk. Its ``tokens_per_second`` divides all n tokens by the time from
+    scheduling to the last token, prefill included: a different figure, kept for reference
+    only. ``time_to_first_token_ms`` runs from scheduling to the first token and
+    ``queue_time_ms`` before it; ours adds HTTP, chat templating and tokenisation, so TTFT is
+    not compared as a percentage: the difference is reported as the front end's share.
+    """
+    out: Dict[str, Any] = {"source": "metrics"}
+    itl = _number(server.get("mean_itl_ms"))
+    ttft = _number(server.get("time_to_first_token_ms"))
+    queue = _number(server.get("queue_time_ms"))
+    out["mean_itl_ms"] = _round(itl)
+    out["generation_time_ms"] = _round(_number(server.get("generation_time_ms")))
+    out["tokens_per_second_incl_prefill"] = _round(_number(server.get("tokens_per_second")))
+    out["decode_tokens_per_s"] = round(1000.0 / itl, 2) if itl and itl > 0 else None
+    out["decode_definition"] = "(n-1) tokens / first-to-last-token time: 1000 / mean_itl_ms vs our first-to-last chunk"
+    ours = m.get("decode_tokens_per_s_chunks")
+    if out["decode_tokens_per_s"] and isinstance(ours, (int, float)):
+        out["ours_decode_tokens_per_s"] = ours
+        out["tokens_per_s_diff_pct"] = round((ours - out["decode_tokens_per_s"]) / out["decode_tokens_per_s"] * 100, 2)
+    out["ttft_ms"] = _round(ttft)
+    out["queue_time_ms"] = _round(queue)
+    out["ttft_definition"] = "server: scheduled to first token; ours: request sent to first chunk (adds HTTP, templating, tokenising, queueing)"
+    first = m.get("first_chunk_ms")
+    if ttft is not None and isinstance(first, (int, float)):
+        out["front_end_ms"] = round(first - ttft - (queue or 0.0), 2)
     return out
 
 
@@ -219,4 +270,74 @@ def concurrency(run_: Run, model: Optional[str]) -> Fact:
         first = failed[0]
         status = first.status if isinstance(first, Fact) else TIMEOUT
         return Fact(value, status, SOURCE, f"none of {n} parallel streams completed: {failures[0]['message']}")
+    return Fact(value, OK, SOURCE)
+
+
+# --- the streamed tool call --------------------------------------------------------------
+def tool_stream_summary(parts: List[Any]) -> Dict[str, Any]:
+    """What OpenAI-style streamed tool calls must look like: the first delta of a call carries
+    ``index``, ``id``, ``type: "function"`` and ``function.name``; later ones carry
+    ``function.arguments`` fragments that join into one JSON object."""
+    first = parts[0] if isinstance(parts[0], dict) else {}
+    function = first.get("function") if isinstance(first.get("function"), dict) else {}
+    indexes = {p.get("index") for p in parts if isinstance(p, dict)}
+    fragments = [p["function"]["arguments"] for p in parts if isinstance(p, dict) and isinstance(p.get("function"), dict)
+                 and isinstance(p["function"].get("arguments"), str) and p["function"]["arguments"]]
+    joined = "".join(fragments)
+    out: Dict[str, Any] = {
+        "deltas": len(parts), "calls": len(indexes), "first_id": bool(first.get("id")), "first_type": first.get("type"),
+        "first_name": function.get("name"), "argument_fragments": len(fragments), "arguments_text": joined[:300],
+    }
+    problems = []
+    if not first.get("id"):
+        problems.append("the first tool-call delta has no id")
+    if first.get("type") != "function":
+        problems.append(f"the first tool-call delta's type is {first.get('type')!r}, not 'function'")
+    if not function.get("name"):
+        problems.append("the first tool-call delta has no function.name")
+    try:
+        parsed = json.loads(joined) if joined else None
+    except ValueError as exc:
+        parsed = None
+        problems.append(f"the function.arguments fragments do not join into JSON ({exc}): {joined[:80]!r}")
+    if joined and parsed is not None and not isinstance(parsed, dict):
+        problems.append("the joined function.arguments are JSON but not an object")
+    if not joined:
+        problems.append("no function.arguments fragments")
+    out["arguments"] = parsed if isinstance(parsed, dict) else None
+    out["problems"] = problems
+    return out
+
+
+def tool_stream(run_: Run, model: Optional[str]) -> Fact:
+    """The tool call again, streamed: the path agents use, parsed incrementally by vLLM's
+    tool parser (a parser can be right on whole text and wrong on deltas)."""
+    from gpudoctor.smoke.answers import TOOL_MARKUP, TOOL_PROMPT, TOOLS_UNSUPPORTED, WEATHER_TOOL
+
+    payload = make_payload(model, TOOL_PROMPT, temperature=0, max_tokens=run_.opts.max_tokens, stream=True,
+                           tools=[WEATHER_TOOL], tool_choice="auto", stream_options={"include_usage": True})
+    try:
+        measured = _stream_once(run_, payload, "streamed tool-call request")
+    except StepError as exc:
+        value = exc.fact.value if isinstance(exc.fact.value, dict) else {}
+        message = str(value.get("message", ""))
+        if value.get("error") in ("bad_request", "server_error", "not_found") and TOOLS_UNSUPPORTED.search(message):
+            return Fact({"result": "not_supported", "message": message, "http_status": value.get("http_status")},
+                        NOT_SUPPORTED, SOURCE, f"not supported by this server: {message}")
+        raise
+    summary = measured.get("tool_stream")
+    value: Dict[str, Any] = {"finish_reason": measured.get("finish_reason"), "content": measured.get("text", "")[:300],
+                             "tool_call_deltas": measured.get("tool_call_deltas")}
+    if summary:
+        value.update(summary)
+        if summary["problems"]:
+            value.update(result="malformed", reason="; ".join(summary["problems"]))
+        elif summary["first_name"] != "get_weather":
+            value.update(result="malformed", reason=f"called {summary['first_name']!r}, a function that was not offered")
+        else:
+            value.update(result="tool_call", name=summary["first_name"])
+    elif TOOL_MARKUP.search(measured.get("text", "")):
+        value.update(result="unparsed_markup", reason="the streamed tool call stayed text in content deltas")
+    else:
+        value.update(result="no_tool_call", reason="the model answered without calling the tool")
     return Fact(value, OK, SOURCE)

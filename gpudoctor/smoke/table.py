@@ -17,6 +17,7 @@ STEPS: Tuple[Tuple[str, str, str], ...] = (
     ("streaming", "server.stream", "GD805"),
     ("concurrency", "server.concurrency", "GD806"),
     ("tool call", "server.tool_call", "GD807"),
+    ("streamed tool call", "server.tool_stream", "GD812"),
     ("speculative decoding", "server.spec_decode", "GD808"),
 )
 VERDICTS = ("pass", "FAIL", "warn", "info", "skip", "unknown")
@@ -100,7 +101,9 @@ def _chat(v: Dict[str, Any]) -> str:
     reasoning = v.get("reasoning_field") or "none"
     if v.get("reasoning_field"):
         reasoning += f" ({v.get('reasoning_chars')} chars)"
-    return (f"{v.get('content_chars')} chars{' with code' if v.get('has_code') else ''}, finish_reason {v.get('finish_reason')}, "
+    check = v.get("answer_check") if isinstance(v.get("answer_check"), dict) else {}
+    answer = f"answer {check.get('verdict')}: {check.get('reason')}, " if check else ""
+    return (f"{v.get('content_chars')} chars{' with code' if v.get('has_code') else ''}, {answer}finish_reason {v.get('finish_reason')}, "
             f"{_usage(v.get('usage'))}, reasoning field: {reasoning}, {_n(v.get('elapsed_s'), 2)} s")
 
 
@@ -109,7 +112,12 @@ def _stream(v: Dict[str, Any]) -> str:
             f"{_n(v.get('decode_tokens_per_s'))} tok/s over {v.get('completion_tokens')} tokens, "
             f"{'usage chunk' if v.get('usage') else 'no usage chunk'}, {'[DONE]' if v.get('done') else 'no [DONE]'}")
     server = v.get("server_timings") or {}
-    if server:
+    if server.get("source") == "metrics":  # vLLM: like for like, and TTFT as a breakdown
+        text += (f"; server's own: {_n(server.get('decode_tokens_per_s'))} tok/s as 1000/mean ITL vs our "
+                 f"{_n(server.get('ours_decode_tokens_per_s'))} first-to-last chunk ({_pct(server.get('tokens_per_s_diff_pct'))}); "
+                 f"TTFT {_n(server.get('ttft_ms'))} ms after {_n(server.get('queue_time_ms'))} ms queued, "
+                 f"front end {_n(server.get('front_end_ms'))} ms (different definitions)")
+    elif server:
         text += (f"; server's own: TTFT {_n(server.get('ttft_ms'))} ms ({_pct(server.get('ttft_diff_pct'))}), "
                  f"{_n(server.get('decode_tokens_per_s'))} tok/s ({_pct(server.get('tokens_per_s_diff_pct'))})")
     return text
@@ -129,6 +137,13 @@ def _tool(v: Dict[str, Any]) -> str:
     if result == "tool_call":
         return f"{v.get('name')}({_short_args(v.get('arguments'))}), finish_reason {v.get('finish_reason')}"
     return f"{result}: {v.get('reason') or v.get('message') or ''}".rstrip(": ")
+
+
+def _tool_stream(v: Dict[str, Any]) -> str:
+    if v.get("result") == "tool_call":
+        return (f"{v.get('name')}({_short_args(v.get('arguments'))}) over {v.get('deltas')} deltas "
+                f"(id, type and name first, {v.get('argument_fragments')} argument fragments), finish_reason {v.get('finish_reason')}")
+    return _tool(v)
 
 
 def _short_args(args: Any) -> str:
@@ -162,6 +177,7 @@ SUMMARIES = {
     "server.stream": _stream,
     "server.concurrency": _concurrency,
     "server.tool_call": _tool,
+    "server.tool_stream": _tool_stream,
     "server.spec_decode": _spec,
 }
 
