@@ -340,9 +340,10 @@ def chat_answer_broken(snap):
 
     The answer must also answer: gpudoctor takes the code out of it (`ast`), finds the
     `def` and runs it on fifteen numbers in a child interpreter (`-I`, CPU/memory limits, a
-    5 s timeout, no file, process or network builtins). An answer about something else, code
-    that does not parse, or a function that is wrong is a warning: it is what a user would
-    see, though a small model can get it wrong on a healthy server.
+    5 s timeout, no file, process or network builtins). An answer about something else or
+    code that does not parse is a warning: it is what a user would see. A function that runs
+    but is wrong is information: a small model gets it wrong on a healthy server. An answer
+    cut at `max_tokens` inside the function is not judged (the table says so).
 
     ## Fix
     Empty content with reasoning: raise `max_tokens` (or lower the thinking budget).
@@ -379,13 +380,17 @@ def chat_answer_broken(snap):
                               ["gpudoctor explain GD803"])))
     check = value.get("answer_check") if isinstance(value.get("answer_check"), dict) else {}
     if check.get("verdict") in ("wrong", "no_code", "syntax_error", "no_function") and not fails:
-        fails.append(Fail(f"the answer does not answer the request: {check.get('reason')}",
+        # Off-topic or unparseable: what a user sees as a broken answer (warning). Code that
+        # runs but is wrong: the model's skill more than the server's health (information).
+        wrong_code = check.get("verdict") == "wrong"
+        fails.append(Fail(f"the answer does not answer the request: {check.get('reason')}" if not wrong_code else
+                          f"the answer's code is wrong: {check.get('reason')}",
                           evidence + [("server.chat.answer_check.verdict", check.get("verdict")),
                                       ("server.chat.content", value.get("content"))],
                           Fix("A small or heavily quantized model may write wrong code; a model that knows Python and "
                               "still answers off-topic points at the chat template or a broken kernel (as for GD803).",
                               [_curl(snap), "gpudoctor explain GD803"]),
-                          severity=WARNING))
+                          severity=INFO if wrong_code else WARNING))
     if not value.get("finish_reason"):
         fails.append(Fail("the answer has no finish_reason", evidence,
                           Fix("An old server or a proxy drops it; clients that check it will misbehave.", [_curl(snap)]),

@@ -390,8 +390,9 @@ def _handler(server: WireServer):
         def _complete(self, body: Dict[str, Any]) -> None:
             pieces = self._text(body)
             message: Dict[str, Any] = {"role": "assistant", "content": "".join(pieces)}
-            if "prime" in json.dumps(body.get("messages")) and server.text_mode == "normal":
-                message["content"] = PRIME_ANSWER
+            if "prime" in json.dumps(body.get("messages")) and server.text_mode in ("normal", "off_topic", "think_in_content"):
+                message["content"] = {"normal": PRIME_ANSWER, "off_topic": "The capital of France is Paris.",
+                                      "think_in_content": "<think>\nPrimes have two divisors.\n</think>\n\n" + PRIME_ANSWER}[server.text_mode]
             finish = "stop"
             if server.reasoning_field:
                 message[server.reasoning_field] = "The user asks something simple. Answer briefly."

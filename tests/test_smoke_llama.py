@@ -88,7 +88,8 @@ def test_plain_server_passes(plain, record_property):
     assert code == 0, (doc["findings"], plain.log_tail())
     assert verdicts(doc) == {
         "readiness": "pass", "model": "pass", "known answer": "pass", "chat (origin request)": "pass",
-        "streaming": "pass", "concurrency": "pass", "tool call": "skip", "speculative decoding": "skip",
+        "streaming": "pass", "concurrency": "pass", "tool call": "skip", "streamed tool call": "skip",
+        "speculative decoding": "skip",
     }
     values = facts(doc)
     assert values["server.models"]["chosen"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")

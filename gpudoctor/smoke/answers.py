@@ -113,7 +113,7 @@ def chat(run_: Run, model: Optional[str]) -> Fact:
     # The answer is judged on content; a reasoning model cut off by max_tokens may have its
     # only code in the reasoning, which is checked then (and said so).
     judged_text = content if "def " in content or "def " not in reasoning else reasoning
-    value["answer_check"] = check_prime_answer(judged_text)
+    value["answer_check"] = check_prime_answer(judged_text, cut=choice.get("finish_reason") == "length")
     value["answer_check"]["checked"] = "content" if judged_text is content else "reasoning"
     return Fact(value, OK, SOURCE)
 

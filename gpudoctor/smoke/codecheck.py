@@ -90,13 +90,22 @@ def _choose(tree: ast.Module) -> Optional[ast.FunctionDef]:
     return (named or defs or [None])[0]
 
 
-def check_prime_answer(text: str, python: str = sys.executable) -> Dict[str, Any]:
-    """{"verdict": correct | wrong | no_code | no_function | syntax_error | refused | not_run, …}."""
+def check_prime_answer(text: str, cut: bool = False, python: str = sys.executable) -> Dict[str, Any]:
+    """{"verdict": correct | wrong | no_code | no_function | syntax_error | truncated | refused | not_run, …}.
+
+    ``cut``: the answer stopped at max_tokens (finish_reason "length"), so code that does not
+    parse is unfinished rather than wrong."""
     code = extract_code(text)[:MAX_CODE_CHARS]
+    if cut and text.count("```") % 2:  # an open fence: the function was still being written
+        code = text[text.rindex("```"):].split("\n", 1)[-1] if "\n" in text[text.rindex("```"):] else ""
     if "def " not in code:
+        if cut:
+            return {"verdict": "truncated", "reason": "not run: the answer stopped at max_tokens before any function"}
         return {"verdict": "no_code", "reason": "the answer has no Python function (no `def`)"}
     tree = _definitions(code)
     if tree is None:
+        if cut:
+            return {"verdict": "truncated", "reason": "not run: the answer stopped at max_tokens inside the function"}
         return {"verdict": "syntax_error", "reason": "the code in the answer does not parse as Python"}
     fn = _choose(tree)
     if fn is None:
