@@ -84,4 +84,18 @@ CASES = [
     Case("no-reasoning-parser", "GD809", smoke(reasoning_field=None), "not_applicable"),
     Case("both-fields-sent", "GD809", both_reasoning_fields, "pass"),
     Case("reasoning-content-only", "GD809", smoke(reasoning_field="reasoning_content"), "fail", "info", ("`reasoning_content` only",)),
+    Case("current-reasoning-field", "GD809", HEALTHY, "pass"),
+    # GD804: the answer must answer
+    Case("answer-off-topic", "GD804", smoke(text_mode="off_topic"), "fail", "warning", ("does not answer",)),
+    # GD810 reasoning-parser-missing (the real vLLM front end: tests/test_smoke_vllm.py)
+    Case("reasoning-parsed", "GD810", HEALTHY, "pass"),
+    Case("raw-think-in-content", "GD810", smoke(text_mode="think_in_content", reasoning_field=None), "fail", "warning",
+         ("without --reasoning-parser",)),
+    # GD811 tool-choice-not-enabled
+    Case("auto-tool-choice-on", "GD811", HEALTHY, "pass"),
+    Case("tool-choice-refused", "GD811", smoke(tool_mode="unsupported"), "fail", "warning", ("--enable-auto-tool-choice",)),
+    # GD812 streamed-tool-call-broken
+    Case("streamed-tool-call", "GD812", HEALTHY, "pass"),
+    Case("streamed-arguments-not-json", "GD812", smoke(tool_mode="bad_args"), "fail", "error", ("do not join into JSON",)),
+    Case("no-tools-on-server", "GD812", smoke(tool_mode="unsupported"), "not_applicable"),
 ]
