@@ -238,3 +238,20 @@ def test_explain_no_kernel_image_is_confirmed_naming_the_binary(unknown_venv):
               "--python", str(python), "--gpu", "H100")
     assert "confirmed by GD201 kernel-image-missing: team-kernels 0.3.1 has no code for GPU 0" in proc.stdout
     assert f"{DEEP}/_sm86_only.cpython-311-x86_64-linux-gnu.so (sm_86)" in proc.stdout
+
+
+def test_the_probe_code_cache_of_the_child_survives_garbage(unknown_venv, tmp_path):
+    from gpudoctor.probes import pystack
+
+    python, _ = unknown_venv
+    env = dict(os.environ, GPUDOCTOR_CACHE_DIR=str(tmp_path / "c"), PYTHONPATH="")
+    first = pystack.collect_other(str(python), env, timeout=60)
+    code = sorted((tmp_path / "c" / "probe-code").iterdir())
+    assert [p.name.split("-")[0] for p in code] == ["gpudoctor_elf", "gpudoctor_fatbin", "gpudoctor_kernel_scan",
+                                                    "gpudoctor_pyenv", "gpudoctor_scancache"]
+    for path in code:
+        path.write_bytes(b"\x00garbage")  # corrupt: compiled again, never a crash
+    again = pystack.collect_other(str(python), env, timeout=60)
+    assert again["kernels.binaries"].value == first["kernels.binaries"].value or all(
+        a["path"] == b["path"] for a, b in zip(again["kernels.binaries"].value, first["kernels.binaries"].value))
+    assert again["python.executable"].ok

@@ -33,10 +33,40 @@ import sys, types
 if sys.version_info < (3, 8):
     sys.stderr.write("gpudoctor's probe needs Python 3.8 or newer; this is Python %d.%d\\n" % sys.version_info[:2])
     sys.exit(3)
+_CODE_DIR = {code_dir}
+def _code(name, source):
+    # Compiled modules are kept as marshal files in the user's cache dir (like __pycache__):
+    # compiling ~100 KB of probe source costs the child 30-100 ms on every run otherwise.
+    import marshal, os, zlib
+    path = None
+    if _CODE_DIR:
+        key = "%s-%08x-%d-%s" % (name, zlib.crc32(source.encode("utf-8")), len(source), sys.implementation.cache_tag)
+        path = os.path.join(_CODE_DIR, key + ".bin")
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            try:
+                st = os.fstat(fd)
+                if st.st_uid == os.geteuid() and not st.st_mode & 0o022 and st.st_size < (8 << 20):
+                    return marshal.loads(os.read(fd, st.st_size + 1))
+            finally:
+                os.close(fd)
+        except Exception:  # absent, foreign, corrupt or from another Python: compile
+            pass
+    code = compile(source, "<gpudoctor " + name + ">", "exec")
+    if path:
+        try:
+            os.makedirs(_CODE_DIR, mode=0o700, exist_ok=True)
+            tmp = "%s.%d.tmp" % (path, os.getpid())
+            with open(tmp, "wb") as handle:
+                handle.write(marshal.dumps(code))
+            os.replace(tmp, path)
+        except Exception:
+            pass
+    return code
 def _load(name, source):
     module = types.ModuleType(name)
     sys.modules[name] = module
-    exec(compile(source, "<gpudoctor " + name + ">", "exec"), module.__dict__)
+    exec(_code(name, source), module.__dict__)
     return module
 def _lazy(name, source, dists, dirs, empty):
     # Compiled only when the environment has what it looks at (dists, or directories on the path).
@@ -71,9 +101,12 @@ def _source(module) -> str:
     return text
 
 
-def bootstrap() -> str:
-    """The ``-c`` program: fatbin.py, pyenv.py, flash_attn.py and vllm_build.py as modules, then pyenv.main."""
-    return _BOOTSTRAP.format(elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
+def bootstrap(environ=None) -> str:
+    """The ``-c`` program: the stdlib probe modules (elf, fatbin, pyenv, scancache, kernel_scan; flash_attn,
+    vllm_build and vllm_kernels when needed) as modules, then pyenv.main."""
+    where = scancache.cache_dir(os.environ if environ is None else environ)
+    code_dir = os.path.join(where, "probe-code") if where else ""
+    return _BOOTSTRAP.format(code_dir=ascii(code_dir),elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
                              kernel_scan=ascii(_source(kernel_scan)),
                              flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)),
                              vllm_kernels=ascii(_source(vllm_kernels)),
@@ -111,7 +144,7 @@ def _record_mode(ctx) -> str:
 def collect_other(python: str, environ, timeout: float, record: str = "stack") -> Dict[str, Fact]:
     """Run the probe inside ``python`` and return its facts (or error facts saying why not)."""
     limit = min(max(timeout * CHILD_SHARE, 0.5), CHILD_MAX_S)
-    program = bootstrap()
+    program = bootstrap(environ)
     args = [environ.get("PYTHONPATH", ""), record, json.dumps(probe_options())]
     if len(program) < ARG_MAX:
         done = runner.run([python, "-I", "-c", program] + args, timeout=limit, env=environ)
