@@ -184,6 +184,29 @@ def _out_of_scope(binary: Dict[str, Any], cc: str, vllm_exts: Dict[str, Dict[str
     return None
 
 
+def _is_cuda_library(binary: Dict[str, Any]) -> bool:
+    """A library of NVIDIA's CUDA wheels (nvidia-cublas, nvidia-cufft, nvidia-cudnn-cu13, …)."""
+    return str(_label(binary)).startswith("nvidia-")
+
+
+def _release_covers(binary: Dict[str, Any], cc: str, binaries: List[Dict[str, Any]]) -> Optional[str]:
+    """NVIDIA's CUDA libraries are judged as the CUDA release they belong to, not file by file.
+
+    Their registered fatbin is not all the GPU code they carry: on a real H200, cuFFT 12.0.0.61
+    (CUDA 13) lists only sm_75 cubins (cuobjdump agrees) and runs there all the same, as torch.fft
+    does on every Hopper. So a CUDA library without this GPU's code is a defect only when no
+    library of the installed CUDA wheels has it, i.e. when the release itself predates the GPU."""
+    if not _is_cuda_library(binary):
+        return None
+    for other in binaries:
+        if other is not binary and _is_cuda_library(other) and _runs(other, cc):
+            name = os.path.basename(str(binary.get("path", "?")))
+            return (f"{name} ({_label(binary)}): part of a CUDA release whose libraries have this GPU's code "
+                    f"({os.path.basename(str(other.get('path', '?')))} of {_label(other)} does); NVIDIA's libraries "
+                    "also load kernels that are not in their registered fatbin")
+    return None
+
+
 _REBUILD = {
     "flash-attn": 'FLASH_ATTN_CUDA_ARCHS="{sm}" {py} -m pip install --no-build-isolation --no-binary flash-attn --force-reinstall flash-attn=={version}',
     "vllm": 'TORCH_CUDA_ARCH_LIST="{cc}" {py} -m pip install --no-build-isolation --no-binary vllm --force-reinstall vllm=={version}',
@@ -284,7 +307,7 @@ def kernel_image_missing(snap):
                 continue
             if _runs(binary, gpu["cc"]):
                 continue
-            why = _out_of_scope(binary, gpu["cc"], vllm_exts, required)
+            why = _out_of_scope(binary, gpu["cc"], vllm_exts, required) or _release_covers(binary, gpu["cc"], binaries)
             if why:
                 skipped.append(f"{why} (not applicable on {_gpu_label(gpu)})")
                 continue
