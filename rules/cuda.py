@@ -252,6 +252,35 @@ def _kernel_fix(dist: str, version: Optional[str], gpu: Dict[str, Any], snap) ->
     return Fix(summary, commands)
 
 
+def _cuda_libraries_fail(dists: List[str], missing: Dict[str, List[Dict[str, Any]]], versions: Any,
+                         gpu: Dict[str, Any], snap) -> Fail:
+    """The nvidia-* CUDA library wheels (cuBLAS, cuDNN, NCCL …) that lack the GPU: they come from one
+    CUDA release, so one finding and one fix."""
+    py = _python(snap)
+    cc = gpu["cc"]
+    items = [b for d in dists for b in missing[d]]
+    shown = ", ".join(f"{d} ({', '.join(os.path.basename(str(b['path'])) for b in missing[d][:2])})" for d in dists[:6])
+    cuda13 = any("/cu13/" in str(b.get("path")) or d.endswith("-cu13") for d in dists for b in missing[d])
+    if cuda13 and version_tuple(cc) < (7, 5):
+        # CUDA 13.0 release notes, "Deprecated Architectures" (facts.md §2.1).
+        summary = (f"These are CUDA 13 libraries, and CUDA 13 removed Maxwell, Pascal and Volta (sm_5x, sm_6x, sm_70/72): "
+                   f"cc {cc} needs the CUDA 12 wheels (…-cu12) with a CUDA 12 build of torch "
+                   "(https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/).")
+        names = sorted({d[:-5] if d.endswith("-cu13") else d for d in dists})
+        commands = [f"{py} -m pip install " + " ".join(shlex.quote(n + "-cu12") for n in names) + "  # with a CUDA 12 torch"]
+    else:
+        summary = f"Install the CUDA library wheels of a CUDA release that supports cc {cc} (and the torch build for that CUDA)."
+        commands = [f"{py} -m pip install --upgrade " + " ".join(shlex.quote(d) for d in dists)]
+    return Fail(
+        f"{len(dists)} CUDA library wheels have no code for {_gpu_label(gpu)}: {shown}"
+        + (f" and {len(dists) - 6} more" if len(dists) > 6 else "")
+        + "; their kernels fail with \"no kernel image is available for execution on the device\"",
+        ["gpu.%d.compute_capability" % gpu["index"], ("kernels", [b["path"] for b in items][:20])],
+        Fix(summary, commands),
+        subject=f"CUDA libraries / GPU {gpu['index']}",
+    )
+
+
 @rule("GD201", "kernel-image-missing", severity=ERROR, area="cuda", requires=("gpu.count", "kernels.binaries"))
 def kernel_image_missing(snap):
     """A CUDA extension has no code this GPU can run ("no kernel image is available").
@@ -312,6 +341,11 @@ def kernel_image_missing(snap):
                 skipped.append(f"{why} (not applicable on {_gpu_label(gpu)})")
                 continue
             missing.setdefault(_label(binary), []).append(binary)
+        cuda_libs = sorted(d for d in missing if str(d).startswith("nvidia-"))
+        if len(cuda_libs) > 1:
+            fails.append(_cuda_libraries_fail(cuda_libs, missing, versions, gpu, snap))  # one cause, one finding
+            for dist in cuda_libs:
+                del missing[dist]
         for dist, items in sorted(missing.items()):
             version = (versions.get(dist) or {}).get("version") if isinstance(versions, dict) else None
             location = (versions.get(dist) or {}).get("location") if isinstance(versions, dict) else None

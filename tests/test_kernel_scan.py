@@ -255,3 +255,16 @@ def test_the_probe_code_cache_of_the_child_survives_garbage(unknown_venv, tmp_pa
     assert again["kernels.binaries"].value == first["kernels.binaries"].value or all(
         a["path"] == b["path"] for a, b in zip(again["kernels.binaries"].value, first["kernels.binaries"].value))
     assert again["python.executable"].ok
+
+
+def test_cuda_library_wheels_without_the_gpu_are_one_finding(tmp_path):
+    python = make_venv(tmp_path / "venv")
+    site = SitePackages(venv_site(tmp_path / "venv"))
+    site.dist("nvidia-cublas", "13.1.0", files={"nvidia/cu13/lib/libcublas.so.13": SM80_SM90_PTX90})
+    site.dist("nvidia-nccl-cu13", "2.28.0", files={"nvidia/nccl/lib/libnccl.so.2": COMPRESSED})
+    _, _, gd201 = check(python, "V100")
+    [finding] = gd201["findings"]
+    assert finding["message"].startswith("2 CUDA library wheels have no code for GPU 0 (V100, cc 7.0): "
+                                         "nvidia-cublas (libcublas.so.13), nvidia-nccl-cu13 (libnccl.so.2)")
+    assert "CUDA 13 removed Maxwell, Pascal and Volta" in finding["fix"]["summary"]
+    assert finding["fix"]["commands"][0].endswith("-m pip install nvidia-cublas-cu12 nvidia-nccl-cu12  # with a CUDA 12 torch")
