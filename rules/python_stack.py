@@ -53,19 +53,56 @@ def torch_without_cuda(snap):
     if cuda.status != "absent":
         return Unknown(f"torch.cuda is {cuda.describe()}")
     version = str(snap.value("torch.version"))
-    base = version.split("+")[0]
     hip = snap.value("torch.hip")
-    index = _torch_index_for(snap.value("driver.cuda_max")) or "cu128"
+    index = torch_index(snap)
+    pins, whose = torch_pins(snap)
     kind = f"a ROCm build (HIP {hip})" if hip else "a CPU-only build"
     return Fail(
         f"torch {version} is {kind} but this machine has {count} NVIDIA GPU(s): torch.cuda.is_available() is False "
         "and vLLM fails with \"Failed to infer device type\"",
         ["torch.version", "torch.cuda", "torch.path", "gpu.count", "gpu.0.name"],
         Fix(
-            f"Reinstall torch {base} from the PyTorch CUDA index that fits the driver ({index}).",
-            [f"{_py(snap)} -m pip install --force-reinstall torch=={base} --index-url https://download.pytorch.org/whl/{index}"],
+            f"Reinstall {' '.join(pins)} ({whose}) from the PyTorch CUDA index that fits the driver ({index}); "
+            "the same command fixes GD510 when vLLM's torch pin is also unmet.",
+            [torch_install_command(snap)],
         ),
     )
+
+
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+
+
+def torch_pins(snap) -> Tuple[List[str], str]:
+    """(``torch==X`` [+ torchvision/torchaudio pins], whose) from the installed vLLM's exact pins;
+    without a vLLM pin, the installed torch's own version. Every rule that suggests a torch
+    takes it from here, so GD501 and GD510 give one and the same command."""
+    stack = snap.value("packages.stack") or {}
+    entry = stack.get("vllm") if isinstance(stack, dict) else None
+    pins: Dict[str, str] = {}
+    for req in (entry or {}).get("requires") or [] if isinstance(entry, dict) else []:
+        match = re.match(r"^\s*([A-Za-z0-9_.-]+)\s*==\s*([0-9][^,;\s]*)\s*(?:;.*)?$", str(req))
+        if match and _normalize(match.group(1)) in TORCH_FAMILY and "extra" not in str(req):
+            pins.setdefault(_normalize(match.group(1)), match.group(2))
+    if "torch" in pins:
+        return [f"{name}=={pins[name]}" for name in TORCH_FAMILY if name in pins], f"vllm {entry.get('version')} pins it"
+    base = str(snap.value("torch.version") or "").split("+")[0]
+    return ([f"torch=={base}"] if base else ["torch"]), "the installed version"
+
+
+def torch_index(snap) -> str:
+    """The PyTorch CUDA wheel index for this driver (cu128 when the driver is not known)."""
+    return _torch_index_for(snap.value("driver.cuda_max")) or "cu128"
+
+
+def torch_install_command(snap) -> str:
+    pins, _ = torch_pins(snap)
+    return (f"{_py(snap)} -m pip install --force-reinstall {' '.join(shlex.quote(p) for p in pins)} "
+            f"--index-url https://download.pytorch.org/whl/{torch_index(snap)}")
+
+
+def torch_is_cpu_only(snap) -> bool:
+    """GD501's cause: a torch without CUDA on a machine (or --gpu target) with NVIDIA GPUs."""
+    return bool(snap.value("gpu.count")) and snap.get("torch.version").ok and snap.get("torch.cuda").status == "absent"
 
 
 def _torch_index_for_gpu(cc: str, torch_cuda: Optional[Tuple[int, ...]]) -> Optional[str]:
@@ -113,8 +150,11 @@ def torch_arch_list_misses_gpu(snap):
         sm_name = "sm_" + gpu["cc"].replace(".", "")
         index = _torch_index_for_gpu(gpu["cc"], torch_cuda)
         version = str(snap.value("torch.version") or "?")
-        commands = [f"{_py(snap)} -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/{index}"] if index else [
-            f"{_py(snap)} -m pip install --force-reinstall torch=={version.split('+')[0]} --index-url https://download.pytorch.org/whl/cu{(snap.value('torch.cuda') or '').replace('.', '')}  # a build for {sm_name}"
+        pinned, whose = torch_pins(snap)
+        vllm_pin = whose.startswith("vllm")  # then vLLM's torch pin, as GD501/GD510 say; else as before
+        pins = " ".join(shlex.quote(p) for p in pinned)
+        commands = [f"{_py(snap)} -m pip install --force-reinstall {pins if vllm_pin else 'torch'} --index-url https://download.pytorch.org/whl/{index}"] if index else [
+            f"{_py(snap)} -m pip install --force-reinstall {pins if vllm_pin else 'torch==' + version.split('+')[0]} --index-url https://download.pytorch.org/whl/cu{(snap.value('torch.cuda') or '').replace('.', '')}  # a build for {sm_name}"
         ]
         fails.append(
             Fail(
@@ -222,8 +262,11 @@ def requirement_not_satisfied(snap):
     """
     unmet = unmet_requirements(snap)
     stack = snap.value("packages.stack") or {}
+    removed = _removed_by_other_rules(snap)
     fails = []
     for owner, items in sorted(unmet.items()):
+        if _normalize(owner) in removed:
+            continue  # GD401 says to uninstall it: installing its dependencies would be a second, opposite fix
         if owner == "vllm":  # vLLM's binary pins (torch, flashinfer, …) are GD510's: reported once, there
             items = [item for item in items if not BINARY_BOUND.match(item["name"])]
             if not items:
@@ -252,6 +295,19 @@ def requirement_not_satisfied(snap):
             )
         )
     return fails
+
+
+def _removed_by_other_rules(snap) -> set:
+    """Distributions GD401 tells the user to uninstall (flash-attn-4 on an A100 …)."""
+    from .flash_attn import flash_attn_variant_unsupported_gpu
+
+    try:
+        raw = flash_attn_variant_unsupported_gpu(snap)
+    except Exception:  # that rule reports its own trouble
+        return set()
+    fails = raw if isinstance(raw, list) else [raw] if isinstance(raw, Fail) else []
+    return {_normalize(str(f.subject).split(" / ")[0]) for f in fails
+            if f.subject and any("pip uninstall" in c for c in f.fix.commands)}
 
 
 @rule("GD504", "duplicate-distribution", severity=WARNING, area="vllm", requires=("packages.duplicates",))

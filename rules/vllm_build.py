@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 
-from .python_stack import BINARY_BOUND, _pin, unmet_requirements
+from .python_stack import BINARY_BOUND, TORCH_FAMILY, _pin, torch_install_command, torch_is_cpu_only, unmet_requirements
 
 # Attention settings moved from environment variables to flags by PR #26315 ("Backwards
 # compatibility is maintained with warnings for removal in v0.14"); PR #32812 (merged
@@ -155,8 +155,14 @@ def vllm_pins_not_met(snap):
     confirmed = ""
     if failed:
         confirmed = f"; --deep confirms: loading {failed.get('path')} fails with \"{failed.get('error')}\""
-    pins = " ".join(shlex.quote(_pin(i["requirement"])) for i in items)
-    commands = [f"{py} -m pip install {pins}"] if pins else []
+    torch_items = [i for i in items if i["name"] in TORCH_FAMILY]
+    pins = " ".join(shlex.quote(_pin(i["requirement"])) for i in items if i["name"] not in TORCH_FAMILY)
+    commands = [torch_install_command(snap)] if torch_items else []  # version and CUDA index as GD501's
+    if pins:
+        commands.append(f"{py} -m pip install {pins}")
+    same_cause = ""
+    if torch_items and torch_is_cpu_only(snap):
+        same_cause = "; the same reinstall fixes GD501 (this torch is CPU-only): one cause, one command"
     origin = info.get("origin")
     if origin in ("git", "editable", "local"):
         checkout = (info.get("checkout") or {}).get("path")
@@ -168,7 +174,8 @@ def vllm_pins_not_met(snap):
     return Fail(
         f"vllm {version} ({describe_origin(info) if info else 'origin not read'}) is built against "
         + ("; ".join(parts) if parts else "another torch")
-        + f": its compiled kernels ({_main_extensions(snap)}, vllm_flash_attn) fail to load with \"undefined symbol\" or misbehave" + confirmed,
+        + f": its compiled kernels ({_main_extensions(snap)}, vllm_flash_attn) fail to load with \"undefined symbol\" or misbehave" + confirmed
+        + same_cause,
         [("packages.stack.vllm.requires", [i["requirement"] for i in items])] + [(f"packages.dists.{i['name']}", i["installed"]) for i in items]
         + (["vllm.import_check"] if failed else []) + (["vllm.build"] if info else []),
         Fix("Install exactly what this vLLM pins (or reinstall/rebuild vLLM to match the torch you keep).", commands),

@@ -75,11 +75,12 @@ def test_fa2_and_fa4_on_ampere_name_both_the_clash_and_the_fix(fa2_fa4_venv):
     snap = Snapshot.from_json(doc["snapshot"])
     assert headlines.headline("flash_attn", snap) == "FA2 flash-attn 2.8.3, FA4 flash-attn-4 4.0.0b36; vLLM bundles FA2+FA3+FA4; 1 file clash(es)"
     assert "vllm 0.10.0 (index)" in headlines.headline("vllm", snap)
-    # The rest of the stack is fine: no kernel-image or torch-pin findings mixed in; only
-    # flash-attn-4's own (uninstalled) dependencies, which GD503 reports.
+    # The rest of the stack is fine: no kernel-image or torch-pin findings mixed in; and GD503 does
+    # not ask to install flash-attn-4's missing dependencies (nvidia-cutlass-dsl …) for the package
+    # GD401/GD402 say to remove: one fix per cause.
     for rule_id in ("GD201", "GD404", "GD510"):
         assert outcome(doc, rule_id)["status"] in ("pass", "not_applicable"), rule_id
-    assert [f["subject"] for f in findings(doc, "GD503")] == ["flash-attn-4"]
+    assert [f["subject"] for f in findings(doc, "GD503")] == []
     # The explain signature for "No module named 'flash_attn.cute'" names these rules.
     proc = gd("explain", "No module named 'flash_attn.cute'", "--python", str(fa2_fa4_venv), "--gpu", "sm_80")
     assert "GD402" in proc.stdout and "GD403" in proc.stdout

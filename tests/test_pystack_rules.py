@@ -49,6 +49,24 @@ def test_gd501_cpu_torch_on_a_gpu_machine(site):
     assert finding.fix.commands[0].endswith("torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130")
 
 
+def test_gd501_and_gd510_one_cause_one_command(site):
+    """vLLM 0.33 pins torch==2.14.0; a CPU torch 2.13.0 is installed: GD501 (no CUDA) and GD510 (pin
+    not met) have one cause, so both give the same command, with vLLM's pin and the CUDA index."""
+    site.torch(version="2.13.0", version_py=TORCH_VERSION_PY.replace("'13.0'", "None").replace("2.11.0+cu130", "2.13.0+cpu"),
+               lib=None)
+    site.dist("vllm", "0.33.0", requires=["torch==2.14.0", "torchvision==0.29.0", "torchaudio==2.11.0"])
+    site.dist("torchvision", "0.29.0", requires=["torch==2.14.0"])
+    site.dist("torchaudio", "2.11.0")
+    snap = snapshot_of(site)
+    [cpu] = outcome(snap, "GD501").findings
+    [pins] = outcome(snap, "GD510").findings
+    command = ("-m pip install --force-reinstall torch==2.14.0 torchvision==0.29.0 torchaudio==2.11.0 "
+               "--index-url https://download.pytorch.org/whl/cu130")
+    assert cpu.fix.commands == [pins.fix.commands[0]] and cpu.fix.commands[0].endswith(command)
+    assert "vllm 0.33.0 pins it" in cpu.fix.summary
+    assert "the same reinstall fixes GD501" in pins.message
+
+
 def test_gd501_cuda_torch_passes_and_no_gpu_is_not_applicable(site):
     site.torch()
     assert outcome(snapshot_of(site), "GD501").status == "pass"
@@ -93,7 +111,9 @@ def test_gd503_vllm_pins_another_torch(site):
     [vllm] = outcome(snapshot_of(site), "GD510").findings
     assert vllm.severity == "error"
     assert vllm.message.startswith("vllm 0.20.0 (") and "is built against torch==2.11.0 (2.10.0 is installed)" in vllm.message
-    assert vllm.fix.commands[0].endswith("-m pip install torch==2.11.0")
+    # One torch command for GD501/GD510: vLLM's torch-family pins and the driver's CUDA index.
+    assert vllm.fix.commands[0].endswith("-m pip install --force-reinstall torch==2.11.0 torchvision==0.26.0 torchaudio==2.11.0 "
+                                         "--index-url https://download.pytorch.org/whl/cu130")
 
 
 def test_gd503_missing_requirement_and_pure_python_mismatch(site):

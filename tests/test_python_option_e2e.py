@@ -81,7 +81,8 @@ def test_broken_environment_end_to_end(broken_venv):
     [vllm] = findings(doc, "GD510")
     assert vllm["message"].startswith("vllm 0.20.0 (from a package index (PyPI or a wheel index)) is built against "
                                       "torch==2.11.0 (2.10.0 is installed)")
-    assert vllm["fix"]["commands"][0] == f"{broken_venv} -m pip install torch==2.11.0"
+    assert vllm["fix"]["commands"][0].startswith(f"{broken_venv} -m pip install --force-reinstall torch==2.11.0 ")
+    assert "--index-url https://download.pytorch.org/whl/cu" in vllm["fix"]["commands"][0]
 
     # torch itself has sm_80 code, vLLM's binaries too.
     assert outcome(doc, "GD502")["status"] == "pass"

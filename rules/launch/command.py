@@ -17,6 +17,13 @@ def launch_command_invalid(snap):
     positional word makes `vllm serve` print a usage error and exit with status 2 — in a
     container restart loop, over and over. Shell quoting is the usual cause: JSON needs single
     quotes around it in a shell, and YAML / systemd lines often eat the inner double quotes.
+    The same goes for values outside what the installed vLLM defines, read from its source
+    (gpudoctor/launch/vllm_args.py): a `choices` list (`--dtype bfloat17`), a `Literal` of
+    `--quantization` / `--kv-cache-dtype` names, a numeric range of its config field
+    (`--gpu-memory-utilization` must be in (0, 1], `-tp` >= 1: pydantic `Field(gt=0, le=1)`),
+    an unknown key inside a JSON config whose class forbids extra keys, a switch given a value.
+    Those that argparse does not catch, vLLM refuses when it builds its config, before loading
+    the model.
 
     ## Fix
     Quote JSON with single quotes (`--speculative-config '{"method": "dflash", …}'`) or set
@@ -42,7 +49,7 @@ def launch_command_invalid(snap):
         fix = Fix("Correct the value (JSON in single quotes in a shell, or one key per flag).",
                   ["--speculative-config '{\"method\": \"dflash\", \"model\": \"ORG/DRAFTER\", \"num_speculative_tokens\": 15}'"]
                   if flag in ("--speculative-config", "-sc") else [])
-        fails.append(Fail(f"{flag}{shown}: {item.get('problem')}; vLLM's argument parser rejects it and exits with status 2",
+        fails.append(Fail(f"{flag}{shown}: {item.get('problem')}; vLLM refuses it before loading the model (a usage error, exit status 2, or a config validation error)",
                           [("launch.errors", item), "launch.command"], fix, subject=str(flag)))
     return fails
 
