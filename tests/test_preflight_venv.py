@@ -68,3 +68,11 @@ def test_preflight_inspects_the_commands_venv(venv):
 def test_snapshot_replay_does_not_infer(venv):
     code, doc = _preflight("--snapshot", SNAPSHOT, "--", str(venv / "bin" / "vllm"), "serve", "some/model")
     assert not [f for f in doc["findings"] if f["id"] == "GD510"]
+
+
+def test_python_dash_m_form_reads_that_venvs_vllm(venv):
+    """`VENV/bin/python -m vllm.entrypoints.cli.main serve …`: its vLLM (not gpudoctor's own) is the one read,
+    although the venv's python is a symlink to the same base interpreter as gpudoctor's."""
+    argv = [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.cli.main", "serve", "m"]
+    _, facts, _ = probe.collect(argv, environ={"PATH": ""}, own_paths=list(sys.path))
+    assert facts["launch.vllm"].ok and facts["launch.vllm"].value["version"] == "0.33.0"

@@ -289,7 +289,6 @@ def command_python(program_argv: Sequence[str], environ: Dict[str, str]) -> Opti
     preflight inspects that interpreter for every rule, as ``--python`` would: the venv the
     server will really run in is the one whose torch pins and kernels matter."""
     import shutil
-    import sys
 
     if not program_argv:
         return None
@@ -310,21 +309,9 @@ def command_python(program_argv: Sequence[str], environ: Dict[str, str]) -> Opti
         return None
     if not interp or not os.path.isfile(interp) or not os.access(interp, os.X_OK):
         return None
-    if _same_environment(interp, sys.executable, sys.prefix):
+    if vllm_source.same_environment(interp):
         return None
     return interp, how
-
-
-def _same_environment(interp: str, own_executable: str, own_prefix: str) -> bool:
-    """A venv's python is a symlink to the base interpreter, so compare environments: the venv
-    root (the folder holding pyvenv.cfg) or, outside venvs, the executable itself."""
-    if os.path.abspath(interp) == os.path.abspath(own_executable):
-        return True
-    root = os.path.dirname(os.path.dirname(os.path.abspath(interp)))
-    if os.path.isfile(os.path.join(root, "pyvenv.cfg")):
-        return os.path.realpath(root) == os.path.realpath(own_prefix)
-    return os.path.realpath(interp) == os.path.realpath(own_executable) and not os.path.isfile(
-        os.path.join(own_prefix, "pyvenv.cfg"))
 
 
 def exec_env(launch: parser.Launch, environ: Dict[str, str]) -> Dict[str, str]:

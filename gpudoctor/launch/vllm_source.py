@@ -181,7 +181,7 @@ def locate(program_argv: Sequence[str], environ: Dict[str, str], python: Optiona
                         candidates.append((f"{interp} (the interpreter of {resolved})", paths))
         elif resolved and re.match(r"^python[0-9.]*$", base):
             looked.append(resolved)
-            same = own_paths is not None and os.path.realpath(resolved) == os.path.realpath(_own_executable())
+            same = own_paths is not None and same_environment(resolved)
             if not same:
                 paths = interpreter_paths(resolved, environ, timeout)
                 if paths:
@@ -203,6 +203,21 @@ def _own_executable() -> str:
     import sys
 
     return sys.executable
+
+
+def same_environment(interp: str) -> bool:
+    """Whether ``interp`` is gpudoctor's own environment. A venv's python is a symlink to the base
+    interpreter, so environments are compared by the venv root (the folder with pyvenv.cfg) or,
+    outside venvs, by the executable itself."""
+    import sys
+
+    if os.path.abspath(interp) == os.path.abspath(sys.executable):
+        return True
+    root = os.path.dirname(os.path.dirname(os.path.abspath(interp)))
+    if os.path.isfile(os.path.join(root, "pyvenv.cfg")):
+        return os.path.realpath(root) == os.path.realpath(sys.prefix)
+    return os.path.realpath(interp) == os.path.realpath(sys.executable) and not os.path.isfile(
+        os.path.join(sys.prefix, "pyvenv.cfg"))
 
 
 # --- flags ----------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ CASES = [
          "pass"),
     Case("torch-2.10-under-vllm-0.20", "GD510",
          site(torch(version="2.10.0", cuda="13.0"), a_vllm(version="0.20.0", requires=["torch==2.11.0"])), "fail", "error",
-         ("is built against torch==2.11.0 (2.10.0 is installed)",), subject="vllm", commands=("pip install torch==2.11.0",)),
+         ("is built against torch==2.11.0 (2.10.0 is installed)",), subject="vllm", commands=("pip install --force-reinstall torch==2.11.0 --index-url https://download.pytorch.org/whl/cu",)),
     # GD511 vllm-development-build
     Case("pypi-release", "GD511", site(torch(), a_vllm(version="0.10.0")), "pass"),
     Case("git-install-of-a-pull-request", "GD511", site(torch(), from_git), "fail", "info",
