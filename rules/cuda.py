@@ -293,7 +293,10 @@ def kernel_image_missing(snap):
     kernel launch fails: `CUDA error: no kernel image is available for execution on the
     device`. Typical: a flash-attn or vLLM wheel built for Ampere/Hopper on a Turing or a
     Blackwell (sm_120) card, or a wheel from another machine's source build. gpudoctor reads
-    the archs from each binary's fatbin headers (torch's own libraries: GD502). A library a
+    the archs from the fatbin headers of every shared object with CUDA code on the path — each
+    distribution's RECORD (the `nvidia-*` CUDA library wheels too), egg-info and editable
+    installs, unowned directories — (torch's own libraries: GD502). The `nvidia-*` wheels that
+    lack a GPU come from one CUDA release: one finding, one fix. A library a
     package loads only on some GPUs is judged on those only. For vLLM that is read from its
     own source: the extension `vllm/platforms/cuda.py` imports unguarded (`_C`, from 0.33
     `_C_stable_libtorch`) is needed on every GPU; one imported only under `try`/`suppress
