@@ -32,12 +32,14 @@ def once(argv: List[str], env: Dict[str, str]) -> Dict[str, float]:
     code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
     if code not in (0, 1):
         print(f"warning: {' '.join(argv)} exited {code}", file=sys.stderr)
-    return {"wall_s": wall, "rss_mb": usage.ru_maxrss / 1024.0}
+    # CPU time (user + sys, the child's reaped children included): steadier than wall on a busy box.
+    return {"wall_s": wall, "rss_mb": usage.ru_maxrss / 1024.0, "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
 def summary(samples: List[Dict[str, float]]) -> Dict[str, float]:
     return {"wall_s": round(statistics.median(s["wall_s"] for s in samples), 4),
             "rss_mb": round(statistics.median(s["rss_mb"] for s in samples), 1),
+            "cpu_s": round(statistics.median(s["cpu_s"] for s in samples), 4),
             "runs": len(samples), "all_wall_s": [round(s["wall_s"], 4) for s in samples]}
 
 
@@ -70,13 +72,14 @@ def main() -> int:
     }
     ratio_warm = results["torch collect_env"]["wall_s"] / results["gpudoctor check --python (warm scan cache)"]["wall_s"]
     ratio_cold = results["torch collect_env"]["wall_s"] / results["gpudoctor check --python (cold scan cache)"]["wall_s"]
+    ratio_cpu = results["torch collect_env"]["cpu_s"] / results["gpudoctor check --python (warm scan cache)"]["cpu_s"]
     scan = (facts.get("kernels.scan") or {}).get("value") or {}
-    out = {"venv": args.venv, "results": results, "speedup_warm": round(ratio_warm, 1), "speedup_cold": round(ratio_cold, 1),
+    out = {"venv": args.venv, "results": results, "speedup_warm": round(ratio_warm, 1), "speedup_cold": round(ratio_cold, 1), "speedup_cpu_warm": round(ratio_cpu, 1),
            "target_speedup": 10, "shared_objects_scanned": scan.get("shared_objects"),
            "cuda_binaries": scan.get("cuda_binaries"), "load_average": os.getloadavg()}
     for name, numbers in results.items():
-        print(f"{name:46s} {numbers['wall_s']:7.3f} s  {numbers['rss_mb']:7.1f} MB  ({numbers['runs']} runs)")
-    print(f"collect_env / check: {ratio_warm:.1f}x warm, {ratio_cold:.1f}x cold (target >= 10x); "
+        print(f"{name:46s} {numbers['wall_s']:7.3f} s wall  {numbers['cpu_s']:7.3f} s CPU  {numbers['rss_mb']:7.1f} MB  ({numbers['runs']} runs)")
+    print(f"collect_env / check: {ratio_warm:.1f}x warm, {ratio_cold:.1f}x cold, {ratio_cpu:.1f}x in CPU time (target >= 10x); "
           f"{scan.get('shared_objects')} shared objects, {scan.get('cuda_binaries')} CUDA binaries; load {os.getloadavg()[0]:.1f}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
