@@ -14,13 +14,25 @@ This module is data. Each entry of ``SIGNATURES`` is a plain dict:
   the undefined-symbol case).
 - ``superseded_by`` (optional): drop this (generic) match when one of these ids matched.
 - ``cause``, ``fix`` (text) and ``commands`` (copy-pasteable).
-- ``sources``: where the text and the fix come from (issue numbers quoted in
-  research/anchors.md §4 and facts.md §7, and the issues the test texts come from).
+- ``key``: the cause, shared by every signature of one cause (the corpus of real texts,
+  tests/explain_corpus/, labels its records with it).
+- ``role`` (optional): "cause" (default) or "symptom": where a program gave up ("WorkerProc
+  failed to start"), never the answer; a symptom carries a ``hint``: which earlier line names
+  the cause.
+- ``sources``: the public threads the text and the fix come from, as ``owner/repo#N`` (shown
+  as https://github.com/owner/repo/issues/N) or full links.
+- ``thread_fixes`` (optional): what fixed it in a thread (versions, commands, as the
+  maintainers or the reporter confirmed), each with the thread's https:// URL.
 - ``confirm_rules``: which rules, run on this machine, confirm the cause. Each entry is
   a rule ID (``GD102``), an ID prefix, usually an area (``GD2`` = CUDA & kernels), or a
   prefix with a filter on the rule's name and title (``GD4:torch|abi``: the flash-attn
   rules about torch or the ABI). IDs that this gpudoctor does not have yet are fine:
   they are reported as "could not check".
+- ``other_rules`` (optional): rules whose failure is a *different* cause that gives the same
+  text (no driver at all, when the text says the driver is too old): said as "different cause
+  found", never as a confirmation.
+- ``cannot_check`` (optional): why no rule on a machine can confirm the cause (a model repo's
+  files, the Hub's access list); with it, ``confirm_rules`` may be empty.
 - ``facts``: fact paths (``*`` matches one path segment) shown as context on this machine.
 
 The entries are split by concern: this module (driver, CUDA runtime, GPU, memory, shared
@@ -57,6 +69,9 @@ SIGNATURES = (
             "nvidia-smi --query-gpu=name,compute_cap --format=csv",
             "python3 -c 'import torch; print(torch.cuda.get_arch_list())'",
             "python3 -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu128",
+        ],
+        "thread_fixes": [
+            {"fix": "RTX 50xx (sm_120): a torch build with sm_120, pip install --pre torch --index-url https://download.pytorch.org/whl/nightly/cu128", "url": "https://github.com/Hellod035/LeggedLab/issues/26"},
         ],
         "sources": [
             "vllm-project/vllm#19906", "vllm-project/vllm#14452", "vllm-project/vllm#16307",
@@ -123,6 +138,10 @@ SIGNATURES = (
             "nvidia-smi | head -4",
             "python3 -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu126",
         ],
+        "thread_fixes": [
+            {"fix": "maintainer: the container uses CUDA 12.1; update the GPU driver to 535 (the reporter confirmed)", "url": "https://github.com/IEIT-Yuan/Yuan-2.0/issues/65"},
+            {"fix": "maintainer: install the latest NVIDIA driver; CUDA 13 builds need a newer driver", "url": "https://github.com/nagadomi/nunif/issues/702"},
+        ],
         "sources": [
             "ovg-project/kvcached#74", "nagadomi/nunif#702", "vllm-project/vllm#1907", "vllm-project/vllm#4940",
             "vllm-project/vllm#5283", "mlcommons/inference#54",
@@ -151,6 +170,10 @@ SIGNATURES = (
             "remove the compat directory from LD_LIBRARY_PATH on non data-center GPUs."
         ),
         "commands": ["nvidia-smi | head -4", "echo \"$LD_LIBRARY_PATH\" | tr ':' '\\n' | grep -i compat"],
+        "thread_fixes": [
+            {"fix": "the host driver (525) was older than the image's CUDA; a newer host driver (550) fixed it", "url": "https://github.com/vllm-project/vllm/issues/4940"},
+            {"fix": "maintainer: update the host driver for the CUDA 12.4 image, or use an older image (confirmed fixed)", "url": "https://github.com/Haidra-Org/horde-worker-reGen/issues/349"},
+        ],
         "sources": [
             "gpustack/gpustack#1254", "gpustack/gpustack#1540", "vllm-project/vllm#5510", "vllm-project/vllm#4940",
         ],
@@ -181,6 +204,9 @@ SIGNATURES = (
             "ldconfig -p | grep -E 'libcuda\\.so|libnvidia-ml\\.so'",
             "export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib:$LD_LIBRARY_PATH",
         ],
+        "thread_fixes": [
+            {"fix": "maintainer: the image's cuda-compat.conf overrode the driver library from nvidia.conf; fixed by ordering it last (zzz-cuda-compat.conf)", "url": "https://github.com/vllm-project/vllm/pull/34226"},
+        ],
         "sources": [
             "gpustack/gpustack#4678", "llm-d/llm-d#706", "vllm-project/vllm#33447", "vllm-project/vllm#15335",
         ],
@@ -209,6 +235,9 @@ SIGNATURES = (
             "sudo apt install nvidia-fabricmanager-580 && sudo systemctl enable --now nvidia-fabricmanager",
             "nvidia-smi -q | grep -iA2 fabric",
         ],
+        "thread_fixes": [
+            {"fix": "the Fabric Manager version did not match the driver; reinstalling the matching nvidia-fabricmanager and rebooting fixed it (H100 SXM)", "url": "https://github.com/ollama/ollama/issues/12136"},
+        ],
         "sources": [
             "gpustack/gpustack#4154", "pytorch/pytorch#35710", "aws-samples/aws-deep-learning-ami-ubuntu-dcv-desktop#33",
             "huggingface/huggingface_hub#4134",
@@ -234,6 +263,9 @@ SIGNATURES = (
             "SASS for this GPU; as a stopgap choose another attention backend."
         ),
         "commands": ["nvidia-smi | head -4", "export VLLM_ATTENTION_BACKEND=TRITON_ATTN  # stopgap"],
+        "thread_fixes": [
+            {"fix": "maintainer: the toolchain (CUDA 11.1) was newer than the driver can JIT; use a driver and toolkit that agree", "url": "https://github.com/mit-han-lab/inter-operator-scheduler/issues/4"},
+        ],
         "sources": [
             "vllm-project/vllm#31700", "vllm-project/vllm#37140", "vllm-project/vllm#28305", "vllm-project/vllm#50872",
             "ztxz16/fastllm#649",
@@ -288,6 +320,10 @@ SIGNATURES = (
         ),
         "fix": "Raise --gpu-memory-utilization (if the GPU is free), lower --max-model-len / --max-num-seqs, quantize, or free the GPU.",
         "commands": ["nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"],
+        "thread_fixes": [
+            {"fix": "maintainer: raise --gpu-memory-utilization (0.03-0.4 was too low for Qwen2.5-0.5B; 0.5-0.6 works)", "url": "https://github.com/vllm-project/vllm/issues/10439"},
+            {"fix": "maintainer: restart with a higher gpu_memory_utilization or a lower max_model_len", "url": "https://github.com/basalam/product-catalog-generator/issues/10"},
+        ],
         "sources": ["vllm-project/vllm#2248", "vllm-project/vllm#10439", "vllm-project/vllm#14574", "QwenLM/Qwen3#12"],
         "confirm_rules": ["GD302", "GD601", "GD604", "GD710"],
         "facts": ["gpu.*.memory_total", "gpu.*.memory_used"],
@@ -358,6 +394,9 @@ SIGNATURES = (
         "cause": "The model's dtype is bfloat16 and this GPU is older than Ampere (T4, V100, P100/P40): it has no bf16 support.",
         "fix": "Serve in float16 (--dtype half) or use an Ampere or newer GPU.",
         "commands": ["vllm serve MODEL --dtype half"],
+        "thread_fixes": [
+            {"fix": "maintainer: Turing and Volta have no native bfloat16; use dtype=\"half\" (the reporter fixed it with float16)", "url": "https://github.com/vllm-project/vllm/issues/946"},
+        ],
         "sources": [
             "vllm-project/vllm#946", "vllm-project/vllm#1157", "vllm-project/vllm#1153", "vllm-project/vllm#2374",
             "hiyouga/LlamaFactory#4960",
@@ -381,6 +420,9 @@ SIGNATURES = (
             "python3 -m pip uninstall -y pynvml && python3 -m pip install -U nvidia-ml-py",
             "VLLM_LOGGING_LEVEL=DEBUG vllm serve MODEL 2>&1 | grep -i platform",
         ],
+        "thread_fixes": [
+            {"fix": "maintainer: no GPU was available inside the container", "url": "https://github.com/vllm-project/vllm/issues/13946"},
+        ],
         "sources": ["vllm-project/vllm#12847", "vllm-project/vllm#13865", "vllm-project/vllm#13946", "vllm-project/vllm#14200"],
         "confirm_rules": ["GD101", "GD102", "GD103", "GD501"],
         "facts": ["driver.nvml", "driver.version", "torch.version", "torch.cuda"],
@@ -402,7 +444,10 @@ SIGNATURES = (
         ),
         "fix": "Install and load the driver (read dmesg if the module does not load), or start the container with --gpus all.",
         "commands": ["nvidia-smi", "lsmod | grep nvidia", "sudo dmesg | grep -iE 'nvrm|nvidia' | tail -20"],
-        "sources": ["torch/cuda/__init__.py (_check_driver)", "nvidia-smi(1)", "vllm-project/vllm#12847"],
+        "thread_fixes": [
+            {"fix": "maintainer: the machine had no CUDA GPU; run where one is, or drop the .cuda() calls", "url": "https://github.com/ShuweiShao/AF-SfMLearner/issues/39"},
+        ],
+        "sources": ["https://github.com/pytorch/pytorch/blob/main/torch/cuda/__init__.py", "https://docs.nvidia.com/deploy/nvidia-smi/index.html", "vllm-project/vllm#12847"],
         "confirm_rules": ["GD101"],
         "superseded_by": ["SIG-container-nvml-library-missing"],
         "facts": ["driver.nvml", "driver.kernel_module_version"],
@@ -492,6 +537,10 @@ SIGNATURES = (
         ),
         "fix": "Make nvidia-smi work first; load nvidia_uvm (sudo modprobe nvidia_uvm) and check dmesg; in containers pass the GPUs (--gpus all).",
         "commands": ["nvidia-smi", "ls -l /dev/nvidia*", "sudo modprobe nvidia_uvm && sudo dmesg | grep -iE 'nvrm|xid' | tail"],
+        "thread_fixes": [
+            {"fix": "after suspend/resume: reloading the NVIDIA kernel modules (rmmod, modprobe) fixed it without a reboot", "url": "https://github.com/gbionics/jaxsim/issues/50"},
+            {"fix": "several users: sudo apt-get install nvidia-modprobe (the /dev/nvidia-uvm node was not created)", "url": "https://github.com/tensorflow/tensorflow/issues/394"},
+        ],
         "sources": ["Points2Surf/points2surf#17", "wenet-e2e/wenet#700", "ratt-ru/PyMORESANE#22"],
         "confirm_rules": ["GD101", "GD102"],
         "facts": ["driver.nvml", "driver.kernel_module_version", "gpu.count"],
@@ -504,6 +553,10 @@ SIGNATURES = (
         "cause": "The code asks for GPU N (cuda:N, --gpu-id, local rank) but fewer GPUs are visible: CUDA_VISIBLE_DEVICES narrows them, or the index was written for a bigger machine.",
         "fix": "Use an index below the number of visible GPUs, or widen CUDA_VISIBLE_DEVICES; tensor/data parallel sizes must fit the visible GPUs.",
         "commands": ["echo \"CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"; nvidia-smi -L"],
+        "thread_fixes": [
+            {"fix": "maintainer: with CUDA_VISIBLE_DEVICES=1,2 use --nproc_per_node=2, the number of visible GPUs (confirmed)", "url": "https://github.com/wenwenyu/PICK-pytorch/issues/14"},
+            {"fix": "maintainer: the script used cuda:1 on a one-GPU machine; use cuda:0", "url": "https://github.com/LuyaooChen/uninformed-students-pytorch/issues/3"},
+        ],
         "sources": ["pytorch/pytorch#14", "thuml/Time-LLM#10"],
         "confirm_rules": ["GD308", "GD705"],
         "facts": ["env.CUDA_VISIBLE_DEVICES", "gpu.count"],

@@ -29,6 +29,10 @@ BUILD = (
             "python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch._C._GLIBCXX_USE_CXX11_ABI)'",
             "python3 -m pip uninstall -y flash-attn && python3 -m pip install flash-attn --no-build-isolation --no-cache-dir",
         ],
+        "thread_fixes": [
+            {"fix": "installing the flash-attn wheel built for the exact torch/CUDA/C++ ABI fixed it (torch 2.6.0 with flash-attn 2.6.3)", "url": "https://github.com/Dao-AILab/flash-attention/issues/1832"},
+            {"fix": "flash-attn 2.5.7 was built for another torch than vLLM 0.4.0 installed; flash-attn==2.4.2 (matching torch) fixed it", "url": "https://github.com/vllm-project/vllm/issues/3912"},
+        ],
         "sources": [
             "Dao-AILab/flash-attention#1832", "Dao-AILab/flash-attention#723", "Dao-AILab/flash-attention#853",
             "Dao-AILab/flash-attention#975", "Dao-AILab/flash-attention#784", "Dao-AILab/flash-attention#931",
@@ -133,6 +137,9 @@ BUILD = (
         "commands": [
             "python3 -m pip list 2>/dev/null | grep -iE '^flash[-_]attn'",
             "python3 -m pip install -U vllm  # includes the guarded import (PR #42679)",
+        ],
+        "thread_fixes": [
+            {"fix": "vLLM imported flash_attn.ops.triton.rotary whenever find_spec('flash_attn') succeeded; fixed by checking the submodule (PR #42679)", "url": "https://github.com/vllm-project/vllm/issues/42675"},
         ],
         "sources": [
             "vllm-project/vllm#42675", "vllm-project/vllm#42679", "vllm-project/vllm#32974",
@@ -329,6 +336,9 @@ BUILD = (
             "strings \"$(python3 -c 'import ctypes.util; print(ctypes.util.find_library(\"stdc++\"))')\" 2>/dev/null | grep -c GLIBCXX_",
             "conda install -c conda-forge 'libstdcxx-ng>=12'",
         ],
+        "thread_fixes": [
+            {"fix": "conda install -c conda-forge libstdcxx-ng fixed it", "url": "https://github.com/ztxz16/fastllm/issues/102"},
+        ],
         "sources": ["pytorch/pytorch#87279", "kvcache-ai/ktransformers#439", "llm-d/llm-d#445"],
         "confirm_rules": ["GD207"],
         "cannot_check": "gpudoctor does not read the version of the libstdc++ a process loads",
@@ -342,6 +352,9 @@ BUILD = (
         "cause": "A wheel built for a newer manylinux (glibc) than this OS provides was installed; glibc cannot be replaced inside an environment.",
         "fix": "Use an OS or container image with a newer glibc (e.g. Ubuntu 22.04+), or a build of the package for this glibc.",
         "commands": ["ldd --version | head -1", "python3 -m pip debug --verbose 2>/dev/null | grep -m3 manylinux"],
+        "thread_fixes": [
+            {"fix": "maintainer: PyTorch binaries do not support CentOS 6 (glibc 2.12); upgrade the OS (CentOS 7) or build from source", "url": "https://github.com/pytorch/pytorch/issues/14274"},
+        ],
         "sources": ["vllm-project/vllm#6562"],
         "cannot_check": "gpudoctor does not compare the glibc with the wheels' manylinux tags yet",
         "facts": ["host.os"],

@@ -67,6 +67,10 @@ SERVING = (
             "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P vllm serve MODEL … 2>&1 | grep -E 'NCCL (WARN|INFO) (Channel|P2P|NET)'",
             "nvidia-smi topo -m",
         ],
+        "thread_fixes": [
+            {"fix": "maintainer: the timeout follows a worker that died (exit -6) while rank 0 waited in an all-reduce: find that worker's error", "url": "https://github.com/vllm-project/vllm/issues/6042"},
+            {"fix": "maintainer: the hang after days of serving was fixed in vLLM v0.3.2", "url": "https://github.com/vllm-project/vllm/issues/3071"},
+        ],
         "sources": ["hiyouga/LlamaFactory#7396", "hiyouga/LlamaFactory#6269", "pytorch/pytorch#118369", "OFA-Sys/OFA#271"],
         "confirm_rules": ["GD305"],
         "cannot_check": "a stalled collective is a run-time event; gpudoctor checks only the PCIe links of this machine",
@@ -108,6 +112,9 @@ SERVING = (
         "cause": "vLLM's kernels for this quantization method need a newer compute capability than this GPU has (e.g. AWQ/GPTQ-Marlin need 8.0, some need 7.5).",
         "fix": "Use a quantization this GPU supports (the error names the minimum capability), or a different GPU.",
         "commands": ["nvidia-smi --query-gpu=name,compute_cap --format=csv", _LAUNCH],
+        "thread_fixes": [
+            {"fix": "maintainer: AWQ needs Turing or newer (Ampere recommended); the V100 (sm_70) cannot run it", "url": "https://github.com/vllm-project/vllm/issues/1488"},
+        ],
         "sources": ["vllm-project/vllm#4327", "vllm-project/vllm#1345"],
         "confirm_rules": ["GD713"],
         "facts": ["gpu.*.name", "gpu.*.compute_capability"],
@@ -178,7 +185,10 @@ SERVING = (
         "cause": "The reasoning parser was added in a later vLLM release, comes from a plugin that failed to load, or the name is misspelt.",
         "fix": "Upgrade vLLM to a release that has the parser, or pick one from the list the error prints.",
         "commands": ["python3 -m pip install -U vllm", _LAUNCH],
-        "sources": ["vllm-project/vllm (vllm/entrypoints/openai/api_server.py validate_api_server_args)", "smg-project/smg#869"],
+        "thread_fixes": [
+            {"fix": "maintainer: with --headless vLLM looks the parser up before --reasoning-parser-plugin is imported, so a plugin parser is not registered", "url": "https://github.com/vllm-project/vllm-ascend/issues/14573"},
+        ],
+        "sources": ["vllm-project/vllm-ascend#14573", "https://github.com/vllm-project/vllm/blob/main/vllm/entrypoints/openai/api_server.py", "smg-project/smg#869"],
         "confirm_rules": ["GD721"],
         "facts": ["vllm.*"],
     },
@@ -346,6 +356,10 @@ SERVING = (
         "cause": "A rank cannot open a TCP connection to the rendezvous store: a wrong or unroutable MASTER_ADDR, a firewall, the wrong network interface, or the rank-0 process is not up.",
         "fix": "Give MASTER_ADDR an address every node can reach (and GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME its interface); open MASTER_PORT between the nodes.",
         "commands": ["nc -vz \"$MASTER_ADDR\" \"${MASTER_PORT:-29500}\"", "ip -br addr"],
+        "thread_fixes": [
+            {"fix": "maintainer: configure the right MASTER_ADDR and port (it named an address that was not this node)", "url": "https://github.com/hiyouga/LlamaFactory/issues/3715"},
+            {"fix": "multi-node vLLM on Ray: set GLOO_SOCKET_IFNAME to the interface the nodes reach each other on", "url": "https://github.com/vllm-project/vllm/issues/5094"},
+        ],
         "sources": ["hiyouga/LlamaFactory#3715"],
         "cannot_check": "the network between the nodes is outside what gpudoctor probes on one machine",
         "facts": ["env.MASTER_ADDR", "env.MASTER_PORT", "env.GLOO_SOCKET_IFNAME", "env.NCCL_SOCKET_IFNAME"],
@@ -361,6 +375,9 @@ SERVING = (
         "cause": "Tensor parallelism splits the attention heads evenly across GPUs: the head count (and KV-head count) must be a multiple of --tensor-parallel-size.",
         "fix": "Use a tensor-parallel size that divides the head count (e.g. 52 heads: 1, 2, 4 or 13), and pipeline parallelism for the remaining GPUs.",
         "commands": ["vllm serve MODEL --tensor-parallel-size 4 --pipeline-parallel-size 2", _LAUNCH],
+        "thread_fixes": [
+            {"fix": "maintainer: LLaMA 33B has 52 heads: run on 4 GPUs", "url": "https://github.com/vllm-project/vllm/issues/414"},
+        ],
         "sources": ["vllm-project/vllm#2652", "vllm-project/vllm#414", "vllm-project/vllm#596", "microsoft/DeepSpeed#3634"],
         "confirm_rules": ["GD706"],
         "facts": ["gpu.count"],
@@ -396,6 +413,9 @@ SERVING = (
         "cause": "The parent process touched CUDA (often an import or a torch.cuda call in user code) before multiprocessing forked the workers; a forked child cannot use CUDA.",
         "fix": "Use the spawn start method for vLLM's workers (VLLM_WORKER_MULTIPROC_METHOD=spawn), and keep CUDA calls out of module import time.",
         "commands": ["export VLLM_WORKER_MULTIPROC_METHOD=spawn"],
+        "thread_fixes": [
+            {"fix": "export VLLM_WORKER_MULTIPROC_METHOD=spawn fixed it (workers were forked after CUDA was initialised)", "url": "https://github.com/lm-sys/FastChat/issues/3507"},
+        ],
         "sources": ["vllm-project/vllm#7151", "lm-sys/FastChat#3507", "GeeeekExplorer/nano-vllm#22"],
         "cannot_check": "it depends on the program's start-up order, not on this machine",
         "facts": ["env.VLLM_WORKER_MULTIPROC_METHOD"],

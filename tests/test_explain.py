@@ -237,6 +237,8 @@ def test_database_is_valid():
     assert len({s.id for s in sigs}) == len(sigs) >= 40
     for sig in sigs:
         assert sig.sources and sig.cause and sig.fix and sig.commands and sig.key, sig.id
+        assert all(url.startswith("https://") for url in sig.source_urls()), (sig.id, sig.source_urls())
+        assert all(item["url"].startswith("https://github.com/") for item in sig.thread_fixes), sig.id
         if sig.role == "cause":
             assert sig.confirm_rules or sig.cannot_check, sig.id
         else:
