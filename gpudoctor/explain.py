@@ -649,7 +649,8 @@ def _checks_of(outcome: Any, wanted: Optional["re.Pattern[str]"]) -> List[Check]
         return [Check(NOT_CONFIRMED, meta.id, meta.name, "passed")]
     if outcome.status == NOT_APPLICABLE:
         if meta.area == "launch":  # a launch rule without a launch command: it could not look
-            return [Check(COULD_NOT_CHECK, meta.id, meta.name, f"needs the launch command: gpudoctor preflight -- vllm serve MODEL … ({outcome.reason})")]
+            return [Check(COULD_NOT_CHECK, meta.id, meta.name,
+                          "needs the launch command: add --launch 'vllm serve MODEL …' (or run gpudoctor preflight -- vllm serve MODEL …)")]
         return [Check(NOT_CONFIRMED, meta.id, meta.name, f"not applicable ({outcome.reason})")]
     if outcome.status == UNKNOWN:
         return [Check(COULD_NOT_CHECK, meta.id, meta.name, outcome.reason)]

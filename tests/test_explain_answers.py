@@ -102,7 +102,7 @@ def test_launch_rules_without_a_launch_command_could_not_check():
     conf = explain.confirm(match.signature, Snapshot.load(str(H200)))
     assert conf.verdict == "could_not_check"
     (check,) = conf.checks
-    assert check.rule == "GD715" and "gpudoctor preflight -- vllm serve" in check.text
+    assert check.rule == "GD715" and "--launch" in check.text and "gpudoctor preflight -- vllm serve" in check.text
 
 
 def test_a_cause_no_machine_can_show_says_so():
@@ -182,3 +182,34 @@ def test_an_unterminated_terminal_title_does_not_swallow_the_lines_after_it():
     # Binary garbage can hold an OSC start (ESC ]) whose BEL comes lines later: only its own line is cleaned.
     text = explain.clean("\x1b]0;garbage\nRuntimeError: Failed to infer device type\n\x07 more")
     assert [m.signature.id for m in explain.match_text(text)] == ["SIG-failed-to-infer-device-type"]
+
+
+def model_dir(tmp_path, **config):
+    model = tmp_path / "model"
+    model.mkdir()
+    base = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 8192, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "hidden_size": 4096, "num_hidden_layers": 32, "torch_dtype": "bfloat16", "vocab_size": 128256}
+    (model / "config.json").write_text(json.dumps(dict(base, **config)), encoding="utf-8")
+    return model
+
+
+def test_launch_causes_are_confirmed_with_the_launch_command(tmp_path):
+    model = model_dir(tmp_path)
+    text = corpus_text("maxlen-vllm-3676")
+    out = run("explain", text, "--snapshot", str(H200), "--launch", f"vllm serve {model} --max-model-len 131072").stdout
+    assert "checked on the snapshot" in out and "and the launch command" in out
+    assert "confirmed by GD715 max-model-len-exceeds-context: --max-model-len 131072 is more than the model's 8192" in out
+    # the same text with a command that stays inside the context: not this command's problem
+    out = run("explain", text, "--snapshot", str(H200), "--launch", f"vllm serve {model} --max-model-len 4096").stdout
+    assert "not confirmed here: GD715" in out and "that is it" not in out
+
+
+def test_tensor_parallel_text_is_confirmed_only_by_a_command_that_does_not_divide(tmp_path):
+    model = model_dir(tmp_path)
+    text = corpus_text("tpdiv-vllm-2652")
+    out = run("explain", text, "--snapshot", str(H200), "--launch", f"vllm serve {model} --tensor-parallel-size 3").stdout
+    assert "confirmed by GD706" in out
+    out = run("explain", text, "--snapshot", str(H200), "--launch", f"vllm serve {model} --tensor-parallel-size 4").stdout
+    assert "confirmed by GD706" not in out
+    proc = run("explain", text, "--snapshot", str(H200), "--launch", "vllm serve 'unclosed")
+    assert proc.returncode == 2 and proc.stderr.startswith("gpudoctor: error: --launch:")

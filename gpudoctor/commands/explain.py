@@ -10,7 +10,9 @@ against this machine (a fresh probe, or ``--snapshot FILE``) to confirm the caus
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 
 from gpudoctor.commands.common import IO, UsageError, add_probe_options, load_snapshot, probe
 from gpudoctor.exitcodes import ExitCode
@@ -38,6 +40,10 @@ def configure(parser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs in the output")
     add_probe_options(parser)
+    parser.add_argument(
+        "--launch", metavar="CMD",
+        help="the launch command that failed, in quotes ('vllm serve MODEL --max-model-len 131072'): the launch rules (GD7xx) then confirm its causes too",
+    )
 
 
 def run(args, io: IO) -> int:
@@ -69,6 +75,10 @@ def run(args, io: IO) -> int:
             snapshot, where = load_snapshot(args.snapshot), f"the snapshot {args.snapshot}"
         else:
             snapshot, where = probe(args, io), "this machine (probed now)"
+        command = _launch_command(args)
+        if command:
+            _add_launch_facts(snapshot, command, args, io)
+            where += " and the launch command"
     confirmations = [
         explain.confirm(m.signature, snapshot) if snapshot is not None and m.signature.role == explain.CAUSE else None
         for m in matches
@@ -90,6 +100,29 @@ def run(args, io: IO) -> int:
     else:
         io.stdout.write(redactor(render_text(diagnosis, confirmations, text, where, args.verbose, checked=snapshot is not None)))
     return ExitCode.OK if matches else ExitCode.FINDINGS
+
+
+def _launch_command(args) -> list:
+    if not getattr(args, "launch", None):
+        return []
+    try:
+        return shlex.split(args.launch)
+    except ValueError as exc:
+        raise UsageError(f"--launch: {exc}") from None
+
+
+def _add_launch_facts(snapshot, command, args, io: IO) -> None:
+    """The launch command's facts (flags, model config, parallel plan), as preflight reads them: files only."""
+    from gpudoctor.launch import parser as launch_parser
+    from gpudoctor.launch import probe as launch_probe
+    from gpudoctor.probes.pyenv import search_paths
+
+    try:
+        _, facts, _ = launch_probe.collect(
+            command, None, dict(io.environ), getattr(args, "python", None), search_paths(), os.getcwd(), min(args.timeout, 30.0))
+    except launch_parser.CommandFileError as exc:
+        raise UsageError(str(exc)) from None
+    snapshot.update(facts)
 
 
 def _lookup(target: str, args, io: IO):
