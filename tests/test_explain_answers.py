@@ -213,3 +213,35 @@ def test_tensor_parallel_text_is_confirmed_only_by_a_command_that_does_not_divid
     assert "confirmed by GD706" not in out
     proc = run("explain", text, "--snapshot", str(H200), "--launch", "vllm serve 'unclosed")
     assert proc.returncode == 2 and proc.stderr.startswith("gpudoctor: error: --launch:")
+
+
+def confirmed_causes(snapshot):
+    """Every corpus text's first cause, confirmed on ``snapshot``: {(cause key, confirming rule)}."""
+    out = set()
+    for path in sorted(CORPUS.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            diagnosis = explain.diagnose(explain.clean(json.loads(line)["text"]))
+            if diagnosis.root is not None:
+                conf = explain.confirm(diagnosis.root.signature, snapshot)
+                out.update((diagnosis.root.signature.key, check.rule) for check in conf.of_kind("confirmed"))
+    return out
+
+
+def test_the_whole_corpus_on_the_recorded_h200_confirms_nothing():
+    """The stock H200 as recorded by the coordinator's device run (every CUDA binary scanned): healthy,
+    so no real error text may be "confirmed" on it (run 2 found 9, all GD201's false error on cuFFT)."""
+    recorded = REPO / "tests" / "fixtures" / "snapshots" / "h200-every-cuda-binary.json"
+    assert confirmed_causes(Snapshot.load(str(recorded))) == set()
+
+
+def test_on_a_machine_without_a_driver_only_driver_causes_are_confirmed():
+    keys = {key for key, _ in confirmed_causes(no_driver())}
+    assert keys == {"no_driver", "container_nvml_driver_not_loaded", "container_nvml_library_missing", "k8s_device_plugin_nvml",
+                    "cuda_driver_init_failed", "vllm_device_type_unknown"}, keys
+
+
+def test_on_the_busy_h200_only_memory_causes_are_confirmed_by_the_process_holding_memory():
+    busy = Snapshot.load(str(REPO / "tests" / "fixtures" / "snapshots" / "h200x2-busy.json"))
+    assert confirmed_causes(busy) == {(key, "GD302") for key in ("cuda_oom", "kv_cache_insufficient", "gpu_memory_utilization_exceeds_free")}
