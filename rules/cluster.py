@@ -78,12 +78,13 @@ def node_unreachable(snap):
     NODE.json` on each node, then `gpudoctor check --snapshot a.json --snapshot b.json`.
 
     ## References
-    - vLLM docs, "Parallelism and Scaling" → multi-node deployment: `ray status` to verify
-      that Ray sees every node and GPU (docs/serving/parallelism_scaling.md).
-    - vllm-project/vllm#26028 ("The number of required GPUs exceeds the total number of
-      available GPUs in the placement group" on a multi-node cluster).
-    - Ray docs, NodeAffinitySchedulingStrategy(soft=False): a task pinned to a dead node
-      fails with TaskUnschedulableError.
+    - vLLM docs, "Parallelism and Scaling" → multi-node deployment: `ray status` to verify that
+      Ray sees every node and GPU (docs/serving/parallelism_scaling.md).
+    - https://github.com/vllm-project/vllm/issues/26028 ("The number of required GPUs exceeds
+      the total number of available GPUs in the placement group" on a multi-node cluster).
+    - Ray docs, NodeAffinitySchedulingStrategy(soft=False): a task pinned to a dead node fails
+      with TaskUnschedulableError.
+    - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
     if not is_cluster(snap):
         return NotApplicable(SINGLE_NODE)
@@ -196,10 +197,11 @@ def driver_skew(snap):
     matrix; the nodes named here are the ones out of step with the majority.
 
     ## References
-    - research/facts.md §1 (driver ↔ max CUDA table; "CUDA driver version is insufficient").
     - NVIDIA CUDA Compatibility guide (minor-version and forward compatibility by driver).
     - vLLM docs, docs/serving/parallelism_scaling.md: every node must provide an identical
       execution environment; container images are recommended to hide host heterogeneity.
+    - https://docs.nvidia.com/deploy/cuda-compatibility/
+    - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
     return _skew(snap, "driver", _driver_fix)
 
@@ -257,9 +259,11 @@ def stack_skew(snap):
       packages; container images are recommended).
     - NVIDIA/nccl src/init.cc: "Mismatched NCCL version detected : rank %d version %d …"
       returns ncclInvalidUsage.
-    - ray-project/ray#1263, #20179 and #50511: "Version mismatch: The cluster was started
-      with: Ray … Python …".
-    - research/facts.md §3 (flash-attn variants and wheel names).
+    - https://github.com/ray-project/ray/issues/1263,
+      https://github.com/ray-project/ray/issues/20179 and
+      https://github.com/ray-project/ray/issues/50511: "Version mismatch: The cluster was
+      started with: Ray … Python …".
+    - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
     return _skew(snap, "stack", _stack_fix)
 
@@ -301,10 +305,12 @@ def env_skew(snap):
 
     ## References
     - vLLM examples/online_serving/run_cluster.sh (per-node `-e` variables; each node its own
-      VLLM_HOST_IP) and docs/serving/parallelism_scaling.md ("NCCL_IB_HCA=mlx5" for InfiniBand).
+      VLLM_HOST_IP) and docs/serving/parallelism_scaling.md ("NCCL_IB_HCA=mlx5" for
+      InfiniBand).
     - vllm/ray/ray_env.py get_env_vars_to_copy (driver → Ray worker copy of VLLM_/NCCL_/HF_ …
       variables set on the driver).
     - NCCL docs, "Environment Variables" (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_P2P_DISABLE).
+    - https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html
     """
     return _skew(snap, "env", _env_fix)
 
@@ -344,9 +350,9 @@ def gpu_models_differ(snap):
     deployment (or restrict each node with CUDA_VISIBLE_DEVICES before `ray start`).
 
     ## References
-    - research/facts.md §2.1–2.3 (capability per GPU family, backend selection).
     - vLLM docs, docs/serving/parallelism_scaling.md ("container images … hide host
       heterogeneity"; TP = GPUs per node, PP = number of nodes).
+    - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
     nodes, na = _cluster_nodes(snap)
     if na:
@@ -399,9 +405,10 @@ def gpu_counts_differ(snap):
     pass the planned sizes to `gpudoctor cluster` to have the plan checked (GD907).
 
     ## References
-    - vLLM docs, docs/serving/parallelism_scaling.md ("Set tensor_parallel_size to the
-      number of GPUs per node and pipeline_parallel_size to the number of nodes").
+    - vLLM docs, docs/serving/parallelism_scaling.md ("Set tensor_parallel_size to the number
+      of GPUs per node and pipeline_parallel_size to the number of nodes").
     - Ray docs, "Accelerator support" (`ray start --num-gpus`, CUDA_VISIBLE_DEVICES).
+    - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
     nodes, na = _cluster_nodes(snap)
     if na:
@@ -452,8 +459,9 @@ def parallel_plan_does_not_fit(snap):
 
     ## References
     - vLLM docs, docs/serving/parallelism_scaling.md (TP per node, PP across nodes).
-    - vllm-project/vllm#26028 (placement-group error on a multi-node cluster); vLLM
-      vllm/v1/executor/ray_utils.py (placement group of world_size GPU bundles).
+    - https://github.com/vllm-project/vllm/issues/26028 (placement-group error on a multi-node
+      cluster); vLLM vllm/v1/executor/ray_utils.py (placement group of world_size GPU bundles).
+    - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
     if not is_cluster(snap):
         return NotApplicable(SINGLE_NODE)
@@ -524,12 +532,14 @@ def shm_too_small_for_ray(snap):
     at /dev/shm.
 
     ## References
-    - ray/_private/services.py (object store directory: /dev/shm unless too small, then
-      /tmp with the warning above) and ray/_private/utils.py resolve_object_store_memory
-      (30 % of available memory, 10 GB floor on the /dev/shm cap).
-    - ray-project/ray#11953 ("[docker] auto-populate shared memory size").
+    - ray/_private/services.py (object store directory: /dev/shm unless too small, then /tmp
+      with the warning above) and ray/_private/utils.py resolve_object_store_memory (30 % of
+      available memory, 10 GB floor on the /dev/shm cap).
+    - https://github.com/ray-project/ray/issues/11953 ("[docker] auto-populate shared memory
+      size").
     - vLLM examples/online_serving/run_cluster.sh (`--shm-size 10.24g`) and
       docs/serving/parallelism_scaling.md (`--ipc=host`, `--shm-size=16G`).
+    - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
     nodes, na = _cluster_nodes(snap)
     if na:

@@ -312,9 +312,13 @@ def kernel_image_missing(snap):
     does not support GPUs below 8.0 at all: use another attention backend.
 
     ## References
-    - research/facts.md §2.1 (binary compatibility), §6 (fatbin), §7 and anchors.md §4
-      signature 1; vllm-project/vllm#19906, #14452, #16307; pytorch/pytorch#31285.
-    - flash-attention setup.py (FLASH_ATTN_CUDA_ARCHS), facts.md §3.6.
+    - https://github.com/vllm-project/vllm/issues/19906,
+      https://github.com/vllm-project/vllm/issues/14452,
+      https://github.com/vllm-project/vllm/issues/16307;
+      https://github.com/pytorch/pytorch/issues/31285.
+    - flash-attention setup.py (FLASH_ATTN_CUDA_ARCHS)
+    - https://docs.nvidia.com/deploy/cuda-compatibility/
+    - https://github.com/Dao-AILab/flash-attention/blob/main/setup.py
     """
     gpus = gpus_to_judge(snap)
     if not gpus:
@@ -391,10 +395,11 @@ def ptx_too_new_for_driver(snap):
     a build with a cubin for this GPU.
 
     ## References
-    - research/facts.md §1.2 (limits of MVC), §7; anchors.md §4 signature 7;
-      vllm-project/vllm#31700.
-    - PTX ISA release history (docs.nvidia.com/cuda/parallel-thread-execution), as tabulated
-      in NVIDIA's cuda-python `cuda/bindings/utils/_ptx_utils.py`.
+    - https://github.com/vllm-project/vllm/issues/31700.
+    - PTX ISA release history (https://docs.nvidia.com/cuda/parallel-thread-execution), as
+      tabulated in NVIDIA's cuda-python `cuda/bindings/utils/_ptx_utils.py`.
+    - https://docs.nvidia.com/cuda/parallel-thread-execution/
+    - https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html
     """
     gpus = gpus_to_judge(snap)
     if not gpus:
@@ -478,8 +483,7 @@ def nvcc_torch_cuda_mismatch(snap):
     (`sudo apt install cuda-toolkit-13-0`), or install the torch build for the toolkit you have.
 
     ## References
-    - research/facts.md §5.3 (how torch finds CUDA_HOME), §5.4 (_check_cuda_version and its
-      messages).
+    - https://github.com/pytorch/pytorch/blob/main/torch/utils/cpp_extension.py
     """
     home = snap.value("cuda.home")
     nvcc = _home_version(snap)
@@ -520,7 +524,8 @@ def toolkit_newer_than_driver(snap):
     build with a toolkit no newer than the driver's CUDA (the "CUDA Version" nvidia-smi shows).
 
     ## References
-    - research/facts.md §1.1 (toolkit drivers), §1.2 (minor version compatibility and its limits).
+    - https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html
+    - https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html
     """
     toolkit = _home_version(snap)
     driver_cuda = _cuda_tuple(snap.value("driver.cuda_max"))
@@ -578,8 +583,7 @@ def host_compiler_too_new(snap):
     (`-allow-unsupported-compiler` exists but NVIDIA warns it may give wrong results.)
 
     ## References
-    - research/facts.md §5.2 (newest gcc/clang per CUDA release, from host_config.h in
-      NVIDIA's nvcc wheels; the error text).
+    - https://docs.nvidia.com/cuda/cuda-installation-guide-linux/
     """
     cuda = _home_version(snap)
     if cuda is None:
@@ -637,7 +641,7 @@ def cuda_home_mismatch(snap):
     `export CUDA_HOME=/usr/local/cuda-12.8 PATH=/usr/local/cuda-12.8/bin:$PATH`.
 
     ## References
-    - research/facts.md §5.3 (`_find_cuda_home`), §5.4 (its errors).
+    - https://github.com/pytorch/pytorch/blob/main/torch/utils/cpp_extension.py
     """
     toolkits = [t for t in snap.value("cuda.toolkits") or [] if isinstance(t, dict)]
     home_fact = snap.get("cuda.home")
@@ -731,8 +735,12 @@ def ld_library_path_shadows(snap):
     wheel's directory first (`site-packages/nvidia/<lib>/lib`).
 
     ## References
-    - pytorch/pytorch#111469, #131312, #134929, #140797; infiniflow/ragflow#4466 (ldd shows
-      libnvJitLink.so.12 resolved from /usr/local/cuda-12.1/lib64 through LD_LIBRARY_PATH).
+    - https://github.com/pytorch/pytorch/issues/111469,
+      https://github.com/pytorch/pytorch/issues/131312,
+      https://github.com/pytorch/pytorch/issues/134929,
+      https://github.com/pytorch/pytorch/issues/140797;
+      https://github.com/infiniflow/ragflow/issues/4466 (ldd shows libnvJitLink.so.12 resolved
+      from /usr/local/cuda-12.1/lib64 through LD_LIBRARY_PATH).
     """
     dists = snap.value("packages.dists") or {}
     fails = []

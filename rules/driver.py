@@ -109,8 +109,10 @@ def no_driver(snap):
 
     ## References
     - NVML API, nvmlInit return codes (NVML_ERROR_LIBRARY_NOT_FOUND, DRIVER_NOT_LOADED,
-      NO_PERMISSION): docs.nvidia.com/deploy/nvml-api; research/facts.md §1.3.
-    - vLLM "Failed to infer device type": vllm-project/vllm#12847, #13865.
+      NO_PERMISSION): https://docs.nvidia.com/deploy/nvml-api
+    - vLLM "Failed to infer device type": https://github.com/vllm-project/vllm/issues/12847,
+      https://github.com/vllm-project/vllm/issues/13865.
+    - https://docs.nvidia.com/deploy/nvml-api/api/group__nvmlInitializationAndCleanup.html
     """
     if "driver.nvml" not in snap.facts:
         # The GPU probe crashed or timed out before NVML answered (GD001 reports that):
@@ -155,9 +157,10 @@ def driver_library_mismatch(snap):
     Then hold the driver packages so it does not happen again.
 
     ## References
-    - research/facts.md §1.4; anchors.md §4 signature 4.
-    - NVIDIA/ubuntu-packaging-nvidia-driver#3, lyulyul/shine-cluster#30,
-      tinygrad/open-gpu-kernel-modules#47.
+    - https://github.com/NVIDIA/ubuntu-packaging-nvidia-driver/issues/3,
+      https://github.com/lyulyul/shine-cluster/issues/30,
+      https://github.com/tinygrad/open-gpu-kernel-modules/issues/47.
+    - https://docs.nvidia.com/deploy/cuda-compatibility/
     """
     kernel = snap.get("driver.kernel_module_version")
     lib = library_version(snap.value("driver.library_path"))
@@ -211,9 +214,12 @@ def driver_too_old_for_torch(snap):
     `pip install torch --index-url https://download.pytorch.org/whl/cu128`.
 
     ## References
-    - CUDA Toolkit Release Notes, Table 3 (toolkit driver versions) and the CUDA
-      Compatibility guide, minor version compatibility: research/facts.md §1.1–1.2.
-    - anchors.md §4 signatures 5 and 7; vllm-project/vllm#4940, #31700.
+    - CUDA Toolkit Release Notes, Table 3 (toolkit driver versions) and the CUDA Compatibility
+      guide, minor version compatibility
+    - https://github.com/vllm-project/vllm/issues/4940,
+      https://github.com/vllm-project/vllm/issues/31700.
+    - https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html
+    - https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html
     """
     driver = snap.value("driver.version")
     torch_cuda = str(snap.value("torch.cuda"))
@@ -282,7 +288,7 @@ def kernel_module_version_unreadable(snap):
     gpudoctor if it comes from a real driver.
 
     ## References
-    - research/facts.md §1.4 (formats of the open and proprietary modules).
+    - https://github.com/NVIDIA/open-gpu-kernel-modules
     """
     fact = snap.get("driver.kernel_module_version")
     if fact.status != "error":

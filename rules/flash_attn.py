@@ -63,7 +63,7 @@ def _cc(cc: str) -> Tuple[int, int]:
 
 
 def right_variant(cc: str) -> str:
-    """Which FlashAttention fits a GPU (facts.md §2.2, §2.3)."""
+    """Which FlashAttention fits a GPU."""
     major, _ = _cc(cc)
     if major < 8:
         return ("none: FlashAttention needs compute capability 8.0 or newer; use vLLM's TRITON_ATTN or FLASHINFER "
@@ -247,7 +247,7 @@ def flash_attn_variant_unsupported_gpu(snap):
     """A flash-attn variant is installed for a GPU it does not support.
 
     ## Why
-    FlashAttention comes in variants made for different GPUs (research/facts.md §2.2, §3.1):
+    FlashAttention comes in variants made for different GPUs:
     FA2 (`flash-attn` 2.x) needs compute capability 8.0 or newer ("FlashAttention only
     supports Ampere GPUs or newer."); FA3 (`flash_attn_3`, from `hopper/`) is built for
     sm_90a, Hopper (README: "H100 / H800 GPU"; vLLM's FA3 is 9.x only); FA4 (`flash-attn-4`)
@@ -267,9 +267,10 @@ def flash_attn_variant_unsupported_gpu(snap):
     (GD405).
 
     ## References
-    - research/facts.md §2.2 (feature → minimum cc: flash_api.cpp, vllm_flash_attn
-      interface, flash_attn/cute/interface.py), §2.3, §3.1, §3.3; anchors.md §3 item 2–3,
-      §4 signature 8; Dao-AILab/flash-attention#762; vllm-project/vllm#8189, #13766, #12429.
+    - https://github.com/Dao-AILab/flash-attention/issues/762;
+      https://github.com/vllm-project/vllm/issues/8189,
+      https://github.com/vllm-project/vllm/issues/13766,
+      https://github.com/vllm-project/vllm/issues/12429.
     """
     installed = [v for v in variants(snap) if v.get("variant") in ("fa2", "fa3", "fa4")]
     if not installed:
@@ -360,9 +361,12 @@ def flash_attn_variants_clobber(snap):
     the other. Install FA3 as `flash_attn_3` from `hopper/`, not under FA2's name.
 
     ## References
-    - research/facts.md §3.1, §3.3 (#1–#6), Addendum (flash-attn-4 4.0.0b36 RECORD: 56 files,
-      all under flash_attn/cute/); anchors.md §3 item 2; Dao-AILab/flash-attention#2310,
-      #1459, #2282, #2331; PrimeIntellect-ai/prime-rl#1949; windreamer/flash-attention3-wheels#9.
+    - https://github.com/Dao-AILab/flash-attention/issues/2310,
+      https://github.com/Dao-AILab/flash-attention/issues/1459,
+      https://github.com/Dao-AILab/flash-attention/issues/2282,
+      https://github.com/Dao-AILab/flash-attention/issues/2331;
+      https://github.com/PrimeIntellect-ai/prime-rl/issues/1949;
+      https://github.com/windreamer/flash-attention3-wheels/issues/9.
     """
     installed = variants(snap)
     if not installed:
@@ -450,9 +454,12 @@ def flash_attn_submodule_missing(snap):
     `flash_attn.cute`: `python -m pip install --force-reinstall --no-deps flash-attn-4==VERSION`.
 
     ## References
-    - research/facts.md §3.3 (#3–#5), §3.4, §7 (`No module named 'flash_attn.ops'`); anchors.md
-      §3 item 2, §4 "Also frequent"; vllm-project/vllm#42675, #42679, #36900, #32974;
-      Dao-AILab/flash-attention#2310, #2331.
+    - https://github.com/vllm-project/vllm/issues/42675,
+      https://github.com/vllm-project/vllm/issues/42679,
+      https://github.com/vllm-project/vllm/issues/36900,
+      https://github.com/vllm-project/vllm/issues/32974;
+      https://github.com/Dao-AILab/flash-attention/issues/2310,
+      https://github.com/Dao-AILab/flash-attention/issues/2331.
     """
     namespace = snap.value("flash_attn.namespace") or {}
     if not namespace.get("importable"):
@@ -566,10 +573,12 @@ def flash_attn_built_for_other_torch(snap):
     FLASH_ATTN_CUDA_ARCHS; see GD405).
 
     ## References
-    - research/facts.md §3.5 (wheel naming, CU from torch.version.cuda, cxx11abi), §3.6
-      (wheels per release: v2.8.3 covers torch 2.4–2.8), §5.5 (torch ABI), §7 (signature);
-      anchors.md §4 signature 2; Dao-AILab/flash-attention#1832, #723, #853, #975, #784;
-      pytorch/pytorch#143962.
+    - https://github.com/Dao-AILab/flash-attention/issues/1832,
+      https://github.com/Dao-AILab/flash-attention/issues/723,
+      https://github.com/Dao-AILab/flash-attention/issues/853,
+      https://github.com/Dao-AILab/flash-attention/issues/975,
+      https://github.com/Dao-AILab/flash-attention/issues/784;
+      https://github.com/pytorch/pytorch/issues/143962.
     """
     built = [v for v in variants(snap) if v.get("variant") in ("fa2", "fa3") and (v.get("local") or v.get("extensions"))]
     if not built:
@@ -651,9 +660,8 @@ def flash_attn_source_build_not_ready(snap):
     (N = min(cores/2, free GB/9); the arch list from the GPUs present).
 
     ## References
-    - research/facts.md §3.5 (CachedWheelsCommand, FLASH_ATTENTION_FORCE_BUILD), §3.6 (ninja,
-      --no-build-isolation, MAX_JOBS formula, FLASH_ATTN_CUDA_ARCHS defaults, nvcc ≥ 11.7),
-      §5.4 (nvcc vs torch CUDA check and its messages); flash-attention README.
+    - flash-attention README.
+    - https://github.com/Dao-AILab/flash-attention#installation-and-features
     """
     if not variants(snap):
         return NotApplicable("no flash-attn distribution is installed")

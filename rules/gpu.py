@@ -41,9 +41,9 @@ def mixed_gpus(snap):
     `CUDA_DEVICE_ORDER=PCI_BUS_ID`, so on mixed GPUs the same index can name another GPU.
 
     ## References
-    - research/facts.md §2.1–2.3 (capability per family, backend selection by capability).
     - CUDA C++ Programming Guide, "CUDA Environment Variables" (CUDA_DEVICE_ORDER:
       FASTEST_FIRST by default, PCI_BUS_ID).
+    - https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-variables.html
     """
     visible = visible_gpus(snap)
     if len(visible) < 2:
@@ -86,7 +86,9 @@ def gpu_memory_in_use(snap):
     --format=csv`) and stop the stale ones, or lower `--gpu-memory-utilization`.
 
     ## References
-    - anchors.md §4 signature 9; vllm-project/vllm#20305, #55510, #42017.
+    - https://github.com/vllm-project/vllm/issues/20305,
+      https://github.com/vllm-project/vllm/issues/55510,
+      https://github.com/vllm-project/vllm/issues/42017.
     - With the process table (rules/processes.py), memory held by stale serving processes
       (GD601), zombies (GD605) or processes not visible here (GD604) is reported there, not
       here: this rule names the live holders, with user and age.
@@ -151,8 +153,10 @@ def ecc_uncorrectable_errors(snap):
     (`nvidia-smi -q -d ECC,ROW_REMAPPER`). Errors that come back mean a hardware RMA.
 
     ## References
-    - NVIDIA GPU Memory Error Management guide (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt).
+    - NVIDIA GPU Memory Error Management guide
+      (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt).
     - NVML nvmlDeviceGetTotalEccErrors (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC).
+    - https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/
     """
     fails = []
     for index in snap.gpu_indices():
@@ -192,6 +196,7 @@ def row_remap_pending(snap):
     ## References
     - NVIDIA GPU Memory Error Management guide, "Row Remapping".
     - NVML nvmlDeviceGetRemappedRows (isPending, failureOccurred).
+    - https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/
     """
     fails = []
     for index in snap.gpu_indices():
@@ -236,6 +241,7 @@ def pcie_link_degraded(snap):
     ## References
     - NVML nvmlDeviceGetCurrPcieLinkWidth / GetMaxPcieLinkWidth / GetCurrPcieLinkGeneration /
       GetGpuMaxPcieLinkGeneration; clocks-event reason "GPU idle".
+    - https://docs.nvidia.com/deploy/nvml-api/
     """
     fails = []
     for index in snap.gpu_indices():
@@ -276,7 +282,9 @@ def persistence_mode_off(snap):
     `sudo nvidia-smi -pm 1`.
 
     ## References
-    - NVIDIA Driver Persistence documentation (docs.nvidia.com/deploy/driver-persistence).
+    - NVIDIA Driver Persistence documentation
+      (https://docs.nvidia.com/deploy/driver-persistence).
+    - https://docs.nvidia.com/deploy/driver-persistence/
     """
     fails = []
     for index in snap.gpu_indices():
@@ -313,6 +321,7 @@ def compute_mode_blocks(snap):
 
     ## References
     - nvidia-smi(1), "Compute mode"; NVML nvmlDeviceGetComputeMode.
+    - https://docs.nvidia.com/deploy/nvidia-smi/
     """
     fails = []
     for index in visible_gpus(snap):
@@ -346,6 +355,7 @@ def cuda_visible_devices_invalid(snap):
 
     ## References
     - CUDA C++ Programming Guide, "CUDA Environment Variables" (CUDA_VISIBLE_DEVICES).
+    - https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-variables.html
     """
     env = snap.value("env", {}) or {}
     value = env.get("CUDA_VISIBLE_DEVICES")
@@ -394,8 +404,9 @@ def dev_shm_too_small(snap):
     Kubernetes mount an `emptyDir` with `medium: Memory` at /dev/shm.
 
     ## References
-    - anchors.md §4 ("NCCL WARN Error while creating shared memory segment");
-      vllm-project/vllm#1710, #6574; NVIDIA/nccl-tests#166.
+    - https://github.com/vllm-project/vllm/issues/1710,
+      https://github.com/vllm-project/vllm/issues/6574;
+      https://github.com/NVIDIA/nccl-tests/issues/166.
     """
     total = snap.value("host.shm_total")
     gpus = len(visible_gpus(snap)) if snap.get("gpu.count").ok else 0

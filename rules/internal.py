@@ -18,7 +18,7 @@ def probe_failed(snap):
     same query by hand (`nvidia-smi -q`) and check `dmesg` for Xid errors.
 
     ## References
-    - design.md, "Never crash, never hang".
+    - https://docs.python.org/3/library/subprocess.html#subprocess.run
     """
     fails = []
     for path, fact in snap.with_prefix("probe."):

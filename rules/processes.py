@@ -326,11 +326,13 @@ def stale_serving_process(snap):
     By hand: `kill -TERM PID…`, then `kill -KILL PID…` for what is left.
 
     ## References
-    - facts.md §4.10 (process titles `VLLM::EngineCore`, `VLLM::Worker_*`, `VLLM::APIServer_*`;
-      comm cut to `VLLM::EngineCor`); anchors.md §3.1 and §4 signature 9.
-    - vllm-project/vllm#55510 (EngineCore and TP workers survive a SIGKILLed API server and
-      keep the GPUs), #42017, #20305; ai-dynamo/dynamo#2894.
-    - tests/fixtures/ground_truth/h200x2/capture2.log (a real orphan `VLLM::EngineCor`, ppid 1).
+    - https://github.com/vllm-project/vllm/issues/55510 (EngineCore and TP workers survive a
+      SIGKILLed API server and keep the GPUs),
+      https://github.com/vllm-project/vllm/issues/42017,
+      https://github.com/vllm-project/vllm/issues/20305;
+      https://github.com/ai-dynamo/dynamo/issues/2894.
+    - tests/fixtures/ground_truth/h200x2/capture2.log (a real orphan `VLLM::EngineCor`, ppid
+      1).
     """
     v = view(snap)
     if v is None:
@@ -388,7 +390,7 @@ def serving_port_in_use(snap):
     `gpudoctor check --port N` checks another port.
 
     ## References
-    - facts.md §7 ("Address already in use"; vllm-project/vllm#9763, #7514, #11617).
+    - https://man7.org/linux/man-pages/man5/proc.5.html
     """
     data = snap.value("processes.port") or {}
     port = data.get("port")
@@ -464,9 +466,7 @@ def leftover_shared_memory(snap):
     leftovers when they exit.
 
     ## References
-    - facts.md §4.10 (psm_ names from CPython `multiprocessing/shared_memory.py`, used by
-      vLLM `shm_broadcast.py`; NCCL `nccl-*`), facts.md §7 (NCCL shm errors: NVIDIA/nccl#290,
-      #342, #525, nccl-tests#166, vllm-project/vllm#1710).
+    - https://man7.org/linux/man-pages/man5/proc.5.html
     """
     data = snap.value("processes.shm") or {}
     files = [f for f in data.get("files") or [] if isinstance(f, dict)]
@@ -530,11 +530,12 @@ def gpu_memory_invisible_process(snap):
     `--gpu-memory-utilization` to fit the memory that is free.
 
     ## References
-    - anchors.md §4 signature 9 (vllm-project/vllm#20305, #55510, #42017).
-    - NVIDIA/nvidia-docker#179, #1483 ("the nvidia-driver itself does not support
-      pid-namespaces … you will always get the host pids"), NVIDIA/gpu-monitoring-tools#63:
-      inside a container NVML's PIDs are the host's, so gpudoctor joins them with the process
-      table only in the initial PID namespace (/proc/self/ns/pid inode 0xEFFFFFFC).
+    - https://github.com/NVIDIA/nvidia-docker/issues/179,
+      https://github.com/NVIDIA/nvidia-docker/issues/1483 ("the nvidia-driver itself does not
+      support pid-namespaces … you will always get the host pids"),
+      https://github.com/NVIDIA/gpu-monitoring-tools/issues/63: inside a container NVML's PIDs
+      are the host's, so gpudoctor joins them with the process table only in the initial PID
+      namespace (/proc/self/ns/pid inode 0xEFFFFFFC).
     """
     v = view(snap)
     shares = gpu_shares(snap, v)
@@ -590,10 +591,11 @@ def zombie_serving_process(snap):
     stays on the GPU after that needs `sudo nvidia-smi -r -i N` or a reboot.
 
     ## References
-    - proc(5), "/proc/PID/stat" state Z; wait(2), "a child that terminates, but has not
-      been waited for becomes a zombie".
-    - facts.md §4.10 (vLLM process titles); vllm-project/vllm#25127 (an EngineCore stuck,
-      GPU unusable until reboot).
+    - proc(5), "/proc/PID/stat" state Z; wait(2), "a child that terminates, but has not been
+      waited for becomes a zombie".
+    - https://github.com/vllm-project/vllm/issues/25127 (an EngineCore stuck, GPU unusable
+      until reboot).
+    - https://man7.org/linux/man-pages/man5/proc.5.html
     """
     v = view(snap)
     if v is None:

@@ -42,7 +42,7 @@ def torch_without_cuda(snap):
     `python -m pip install --force-reinstall torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130`.
 
     ## References
-    - research/facts.md §5.5 (`cuda: Optional[str] = None` in CPU builds); vllm-project/vllm#12847.
+    - https://github.com/vllm-project/vllm/issues/12847.
     """
     count = snap.value("gpu.count") or 0
     if not count:
@@ -106,7 +106,7 @@ def torch_is_cpu_only(snap) -> bool:
 
 
 def _torch_index_for_gpu(cc: str, torch_cuda: Optional[Tuple[int, ...]]) -> Optional[str]:
-    """A PyTorch wheel index whose builds include ``cc`` (facts.md §7 arch lists, §2.1 floors)."""
+    """A PyTorch wheel index whose builds include ``cc``."""
     major = version_tuple(cc)[0]
     if major < 7 or cc == "7.0":
         return "cu126"  # cu126 builds: 5.0;6.0;7.0;7.5;8.0;8.6;9.0 — the last CUDA 12 line with them
@@ -133,8 +133,7 @@ def torch_arch_list_misses_gpu(snap):
     GPUs below 7.5.
 
     ## References
-    - research/facts.md §2.1 (binary compatibility, toolkit floors), §7 (signature, reported
-      arch lists per build); anchors.md §4 signature 1; pytorch/pytorch#31285.
+    - https://github.com/pytorch/pytorch/issues/31285.
     """
     gpus = gpus_to_judge(snap)
     if not gpus:
@@ -255,10 +254,11 @@ def requirement_not_satisfied(snap):
     or reinstall the package that pins it so that pip resolves them together.
 
     ## References
-    - research/facts.md §4.2 (torch pins per vLLM release, from PyPI metadata), §7;
-      anchors.md §4 signatures 2 and 3; vllm-project/vllm#13608, #5501;
-      Dao-AILab/flash-attention#1832.
+    - https://github.com/vllm-project/vllm/issues/13608,
+      https://github.com/vllm-project/vllm/issues/5501;
+      https://github.com/Dao-AILab/flash-attention/issues/1832.
     - PEP 508 (requirement and marker syntax), `packaging` for the evaluation.
+    - https://peps.python.org/pep-0508/
     """
     unmet = unmet_requirements(snap)
     stack = snap.value("packages.stack") or {}
@@ -330,8 +330,10 @@ def duplicate_distribution(snap):
     a pip-installed six) are in the `packages.duplicates` fact only.
 
     ## References
-    - Python Packaging User Guide, "Recording installed projects" (one .dist-info per
-      installed project); PEP 376.
+    - Python Packaging User Guide, "Recording installed projects" (one .dist-info per installed
+      project); PEP 376.
+    - https://packaging.python.org/specifications/recording-installed-packages/
+    - https://peps.python.org/pep-0376/
     """
     fails = []
     stack_names = set((snap.value("packages.stack") or {}).keys())
@@ -383,7 +385,7 @@ def distribution_files_missing(snap):
 
     ## References
     - PEP 376 / Python Packaging User Guide, "Recording installed projects" (RECORD).
-    - research/facts.md §3.3 (FA2 and FA4 writing into the same `flash_attn` directory).
+    - https://packaging.python.org/specifications/recording-installed-packages/
     """
     fails = []
     namespace = snap.value("flash_attn.namespace") or {}
@@ -424,6 +426,7 @@ def distribution_metadata_unreadable(snap):
 
     ## References
     - Core metadata specification (METADATA is UTF-8), packaging.python.org.
+    - https://packaging.python.org/specifications/core-metadata/
     """
     fails = []
     for item in snap.value("packages.unreadable") or []:
@@ -456,7 +459,7 @@ def python_environment_unreadable(snap):
     broken venv (`python3 -m venv --clear VENV` and reinstall).
 
     ## References
-    - design.md ("--python PY inspects another interpreter's environment").
+    - https://docs.python.org/3/library/venv.html
     """
     requested = snap.value("python.requested")
     fact = snap.get("python.executable")

@@ -219,9 +219,7 @@ def server_not_ready(snap):
     port (`ss -ltnp 'sport = :PORT'` shows who listens).
 
     ## References
-    - research/facts.md §4.9 (startup vs readiness; vLLM issue #50282,
-      gateway-api-inference-extension #550/#558; `/health` 503 on a dead engine: PR #24897).
-    - anchors.md §1.17 (`vllm bench serve` ready check), §5 "Smoke check".
+    - https://docs.vllm.ai/en/v0.8.1/serving/openai_compatible_server.html
     """
     skip = _not_checked(snap)
     if skip:
@@ -251,8 +249,9 @@ def model_not_served(snap):
     leave `--model` out and the smoke check uses the first served model.
 
     ## References
-    - vLLM OpenAI server: `/v1/models`, `--served-model-name` (docs.vllm.ai, "OpenAI-Compatible Server").
-    - research/facts.md §4.9 (`/v1/models` is static: fine for a smoke test).
+    - vLLM OpenAI server: `/v1/models`, `--served-model-name` (docs.vllm.ai, "OpenAI-Compatible
+      Server").
+    - https://docs.vllm.ai/en/v0.8.1/serving/openai_compatible_server.html
     """
     fact, skip = _step(snap, "server.models")
     if skip:
@@ -305,9 +304,7 @@ def wrong_known_answer(snap):
     `max_tokens` thinking still passes when the answer is in its reasoning.
 
     ## References
-    - research/facts.md §4.8 (attention backends and how to choose one), §2.2 (features by
-      compute capability).
-    - anchors.md §2b "One-shot smoke: a single completion, check the text is non-empty and sane".
+    - https://docs.vllm.ai/en/v0.8.1/serving/openai_compatible_server.html
     """
     fact, skip = _step(snap, "server.known_answer")
     if skip:
@@ -351,8 +348,9 @@ def chat_answer_broken(snap):
     that drops fields; clients that count tokens will break.
 
     ## References
-    - research/facts.md §4.6 (reasoning fields), §4.7 (parsers).
     - OpenAI Chat Completions response object (`choices[].finish_reason`, `usage`).
+    - https://platform.openai.com/docs/api-reference/chat
+    - https://docs.vllm.ai/en/v0.11.2/features/reasoning_outputs/
     """
     fact, skip = _step(snap, "server.chat")
     if skip:
@@ -421,7 +419,7 @@ def stream_broken(snap):
 
     ## References
     - OpenAI streaming: `stream_options.include_usage`, `data: [DONE]`.
-    - anchors.md §1.17 (TTFT / ITL / tokens per second as `vllm bench serve` reports them), §5.
+    - https://platform.openai.com/docs/api-reference/chat
     """
     fact, skip = _step(snap, "server.stream")
     if skip:
@@ -460,7 +458,7 @@ def concurrent_streams_fail(snap):
     limits; rerun with `--concurrency 1` to confirm that single requests work.
 
     ## References
-    - anchors.md §1.17 (load shape and failed-request counts in `vllm bench serve`).
+    - https://docs.vllm.ai/en/v0.8.1/serving/openai_compatible_server.html
     """
     fact, skip = _step(snap, "server.concurrency")
     if skip:
@@ -497,8 +495,9 @@ def tool_call_broken(snap):
     the model family (`vllm serve --help` lists the parsers of the installed version).
 
     ## References
-    - research/facts.md §4.7 (parser names; PR #21396 `qwen3_coder`, PR #28900).
     - OpenAI Chat Completions `tools` / `tool_calls`.
+    - https://docs.vllm.ai/en/latest/features/tool_calling/
+    - https://platform.openai.com/docs/api-reference/chat
     """
     fact, skip = _step(snap, "server.tool_call")
     if skip:
@@ -551,10 +550,7 @@ def spec_decode_not_accepted(snap):
     passed and accepted (server log: "SpecDecoding metrics").
 
     ## References
-    - research/facts.md §4.5 (metric names and formulas, `vllm/v1/spec_decode/metrics.py`),
-      §4.3 (`--speculative-config`), §4.4 (DFlash `target_layer_ids`; vLLM PR #40727;
-      sglang#37475/#37476: a wrong list collapses acceptance).
-    - anchors.md §1.17 (`vllm bench serve` diffs the `_total` counters around the run).
+    - https://github.com/vllm-project/vllm/blob/main/docs/features/speculative_decoding/README.md
     """
     fact, skip = _step(snap, "server.spec_decode")
     if skip:
@@ -653,7 +649,7 @@ def reasoning_field_name(snap):
     `reasoning_content` with `reasoning` ("To migrate, directly replace…", vLLM docs).
 
     ## References
-    - research/facts.md §4.6 (PR #27752, PR #33402, docs v0.11.2 and v0.26.0).
+    - https://docs.vllm.ai/en/v0.11.2/features/reasoning_outputs/
     """
     fact, skip = _step(snap, "server.chat")
     if skip:

@@ -133,8 +133,10 @@ def vllm_pins_not_met(snap):
     rebuilt against the torch you keep.
 
     ## References
-    - research/facts.md §4.2 (torch pins per vLLM release, PyPI metadata), §7; anchors.md §3
-      item 5, §4 signature 3; vllm-project/vllm#13608, #5501, #15010, #20361.
+    - https://github.com/vllm-project/vllm/issues/13608,
+      https://github.com/vllm-project/vllm/issues/5501,
+      https://github.com/vllm-project/vllm/issues/15010,
+      https://github.com/vllm-project/vllm/issues/20361.
     """
     stack = snap.value("packages.stack") or {}
     entry = stack.get("vllm") if isinstance(stack, dict) else None
@@ -204,9 +206,10 @@ def vllm_development_build(snap):
     release instead: `python -m pip install vllm==X.Y.Z`.
 
     ## References
-    - research/facts.md §4.1 (version shapes, precompiled builds, direct_url.json);
-      packaging.python.org "Direct URL Data Structure" (PEP 610); git's index format
+    - packaging.python.org "Direct URL Data Structure" (PEP 610); git's index format
       (Documentation/gitformat-index.txt).
+    - https://packaging.python.org/specifications/direct-url-data-structure/
+    - https://git-scm.com/docs/index-format
     """
     skip = not_read(snap)
     if skip is not None:
@@ -266,8 +269,11 @@ def vllm_env_var_ignored(snap):
     Unset the variable and pass the flag: `vllm serve MODEL --attention-backend FLASH_ATTN`.
 
     ## References
-    - research/facts.md §4.8; vllm-project/vllm#26315, #32812, #30564, #50292; vLLM v0.11.0
-      release notes ("completes the removal of V0 engine").
+    - https://github.com/vllm-project/vllm/issues/26315,
+      https://github.com/vllm-project/vllm/issues/32812,
+      https://github.com/vllm-project/vllm/issues/30564,
+      https://github.com/vllm-project/vllm/issues/50292; vLLM v0.11.0 release notes ("completes
+      the removal of V0 engine").
     """
     skip = not_read(snap, "vllm.env_vars")
     if skip is not None:
@@ -309,8 +315,8 @@ def vllm_precompiled_kernels_stale(snap):
     changes.
 
     ## References
-    - research/facts.md §4.1 (VLLM_USE_PRECOMPILED, `+precompiled` version suffix, the docs'
-      warning about C++/CUDA changes); vLLM docs gpu.cuda.inc.md "Python-only build".
+    - vLLM docs gpu.cuda.inc.md "Python-only build".
+    - https://docs.vllm.ai/en/latest/getting_started/installation/gpu/
     """
     skip = not_read(snap)
     if skip is not None:
@@ -359,8 +365,11 @@ def vllm_known_fix_missing(snap):
     cherry-pick the merge commit (`git cherry-pick COMMIT`).
 
     ## References
-    - gpudoctor/knowledge/advisories.py (each advisory's PR, merge commit and sources); research/facts.md
-      §4.4; vllm-project/vllm#40727, #46104, #40898 (superseded), #46105.
+    - gpudoctor/knowledge/advisories.py (each advisory's PR, merge commit and sources);
+      https://github.com/vllm-project/vllm/issues/40727,
+      https://github.com/vllm-project/vllm/issues/46104,
+      https://github.com/vllm-project/vllm/issues/40898 (superseded),
+      https://github.com/vllm-project/vllm/issues/46105.
     """
     skip = not_read(snap)
     if skip is not None:

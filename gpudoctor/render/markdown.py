@@ -17,6 +17,7 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "/").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ") or "—"
 
 
+LIMIT = 65536 - 4096  # GitHub's body limit, less room for the redaction pass
 GLYPHS = {"error": "✗", "warning": "!", "info": "i", PASS: "✓", UNKNOWN: "?", NOT_APPLICABLE: "–"}
 
 
@@ -63,11 +64,11 @@ def render(result: Result, fail_on: str, redactor: Optional[Redactor] = None) ->
                 out.extend(finding.fix.commands)
                 out.append("```")
         out.append("")
-    out.append("<details><summary>snapshot.json</summary>")
-    out.append("")
-    out.append("```json")
-    out.append(result.snapshot.dumps().rstrip())
-    out.append("```")
-    out.append("")
-    out.append("</details>")
-    return (redactor or DEFAULT)("\n".join(out) + "\n")
+    body = "\n".join(out) + "\n"
+    snapshot = result.snapshot.dumps().rstrip()
+    if len(body) + len(snapshot) < LIMIT:  # GitHub refuses a comment or issue body past 65,536
+        body += "<details><summary>snapshot.json</summary>\n\n```json\n" + snapshot + "\n```\n\n</details>\n"
+    else:
+        body += (f"_The snapshot ({len(snapshot):,} characters) is left out to stay under GitHub's {LIMIT:,}-character "
+                 "limit: `gpudoctor snapshot -o FILE` saves it, `gpudoctor report --bundle` packs it._\n")
+    return (redactor or DEFAULT)(body)

@@ -33,7 +33,7 @@ def launch_command_invalid(snap):
     - vLLM `FlexibleArgumentParser` (vllm/utils/argparse_utils.py): `--json-arg.key value`,
       underscores as dashes, `optional_type(json.loads)` for `--speculative-config`
       (vllm/engine/arg_utils.py).
-    - research/facts.md §4.3 (speculative-config keys).
+    - https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py
     """
     skip = _applies(snap)
     if skip:
@@ -73,8 +73,11 @@ def launch_unknown_flag(snap):
 
     ## References
     - vllm/engine/arg_utils.py `EngineArgs.add_cli_args`; vllm/entrypoints/openai/cli_args.py
-      (`FrontendArgs`, `make_arg_parser`); vllm/utils/argparse_utils.py (FlexibleArgumentParser).
+      (`FrontendArgs`, `make_arg_parser`); vllm/utils/argparse_utils.py
+      (FlexibleArgumentParser).
     - vllm-project/vllm serve docs ("vllm serve --help=all").
+    - https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py
+    - https://github.com/vllm-project/vllm/blob/main/vllm/entrypoints/openai/cli_args.py
     """
     skip = _applies(snap)
     if skip:
@@ -114,8 +117,8 @@ def launch_port_taken(snap):
     Stop the holder if it is stale, or give the new server another `--port`.
 
     ## References
-    - research/facts.md §4.9 (the port opens after engine init), §7 ("Address already in use";
-      vllm-project/vllm#9763, #7514, #11617); GD602 (rules/processes.py).
+    - GD602 (rules/processes.py).
+    - https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py
     """
     skip = _applies(snap)
     if skip:

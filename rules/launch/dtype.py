@@ -45,8 +45,9 @@ def dtype_unsupported_by_gpu(snap):
     `--dtype half` on these GPUs (and check outputs for NaN/garbage), or serve on cc ≥ 8.0.
 
     ## References
-    - research/facts.md §2.2 (bf16 ≥ 8.0, the error text); anchors.md §4 signature 10;
-      vllm-project/vllm#946, #1157, PR #2374.
+    - https://github.com/vllm-project/vllm/issues/946,
+      https://github.com/vllm-project/vllm/issues/1157,
+      https://github.com/vllm-project/vllm/issues/2374.
     """
     skip = _applies(snap)
     if skip:
@@ -116,8 +117,8 @@ def fp8_without_native_support(snap):
     drop `--kv-cache-dtype fp8` unless the memory is needed.
 
     ## References
-    - research/facts.md §2.2 (FP8 W8A8 ≥ 8.9; FP8 Marlin weight-only ≥ 7.5 in current docs);
-      vLLM docs features/quantization/fp8.md and quantization/README.md.
+    - vLLM docs features/quantization/fp8.md and quantization/README.md.
+    - https://docs.vllm.ai/en/latest/features/quantization/fp8/
     """
     skip = _applies(snap)
     if skip:
@@ -181,7 +182,8 @@ def quantization_unsupported_by_gpu(snap):
 
     ## References
     - vLLM `vllm/config/vllm.py` (`_get_quantization_config`), quantization configs'
-      `get_min_capability()` in vllm/model_executor/layers/quantization/; research/facts.md §2.2.
+      `get_min_capability` in vllm/model_executor/layers/quantization/
+    - https://docs.vllm.ai/en/latest/features/quantization/
     """
     skip = _applies(snap)
     if skip:
@@ -226,7 +228,7 @@ def attention_backend_unsupported(snap):
     Reason: ['compute capability not supported']" or "FlashAttention only supports Ampere GPUs
     or newer". A name the installed vLLM does not have fails with "Unknown attention backend".
     The old environment variable `VLLM_ATTENTION_BACKEND` was deprecated around 0.14 and is
-    silently ignored by versions whose vllm/envs.py no longer reads it (facts.md §4.8).
+    silently ignored by versions whose vllm/envs.py no longer reads it.
 
     ## Fix
     Drop the override (vLLM picks a backend the GPU supports: FLASH_ATTN on 8.x–9.x,
@@ -234,8 +236,8 @@ def attention_backend_unsupported(snap):
     with `--attention-backend NAME` instead of the environment variable.
 
     ## References
-    - research/facts.md §2.2, §2.3, §4.8; vLLM docs/design/attention_backends.md;
-      vllm/vllm_flash_attn/flash_attn_interface.py; vllm-project/vllm#50292.
+    - vLLM docs/design/attention_backends.md; vllm/vllm_flash_attn/flash_attn_interface.py;
+      https://github.com/vllm-project/vllm/issues/50292.
     """
     skip = _applies(snap)
     if skip:

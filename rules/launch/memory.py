@@ -223,9 +223,9 @@ def gpu_memory_utilization_exceeds_free(snap):
     what is free (the value that fits is suggested).
 
     ## References
-    - anchors.md §4 signature 9 (text from vLLM 0.33 `vllm/v1/worker/utils.py`
-      `request_memory`; older versions: `gpu_worker.py`, "Free memory on device (…)");
-      vllm-project/vllm#20305, #55510, #42017.
+    - "); https://github.com/vllm-project/vllm/issues/20305,
+      https://github.com/vllm-project/vllm/issues/55510,
+      https://github.com/vllm-project/vllm/issues/42017.
     """
     skip = _applies(snap)
     if skip:
@@ -289,8 +289,9 @@ def weights_exceed_memory_budget(snap):
     GPU with cc ≥ 8.9), offload some weights (`--cpu-offload-gb`), or use bigger GPUs.
 
     ## References
-    - huggingface/safetensors format; vLLM docs "Conserving memory" (TP, quantization,
-      cpu offload).
+    - huggingface/safetensors format; vLLM docs "Conserving memory" (TP, quantization, cpu
+      offload).
+    - https://docs.vllm.ai/en/latest/configuration/conserving_memory/
     """
     plan = _weights_plan_or_outcome(snap)
     if not isinstance(plan, dict):
@@ -338,7 +339,9 @@ def kv_cache_too_small_for_max_model_len(snap):
 
     ## References
     - vLLM `vllm/v1/core/kv_cache_utils.py` (`check_enough_kv_cache_memory`, the message
-      above); research/facts.md §7 ("No available memory for the cache blocks").
+      above).
+    - https://github.com/vllm-project/vllm/blob/main/vllm/v1/core/kv_cache_utils.py
+    - https://docs.vllm.ai/en/latest/configuration/conserving_memory/
     """
     plan = _weights_plan_or_outcome(snap)
     if not isinstance(plan, dict):

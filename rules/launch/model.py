@@ -28,6 +28,7 @@ def model_unreadable(snap):
     - huggingface/safetensors format (8-byte header length, JSON header with data_offsets);
       Hugging Face hub cache layout (models--ORG--NAME/snapshots/COMMIT).
     - vLLM `DefaultModelLoader` ("Cannot find any model weights with …").
+    - https://huggingface.co/docs/safetensors/index
     """
     skip = _applies(snap)
     if skip:
@@ -94,8 +95,9 @@ def model_not_cached_offline(snap):
     `HF_HOME` / `HF_HUB_CACHE`), or point the command at the local directory.
 
     ## References
-    - huggingface_hub docs, "Environment variables" (HF_HUB_OFFLINE, HF_HOME, HF_HUB_CACHE)
-      and "Manage the cache" (models--ORG--NAME/snapshots layout).
+    - huggingface_hub docs, "Environment variables" (HF_HUB_OFFLINE, HF_HOME, HF_HUB_CACHE) and
+      "Manage the cache" (models--ORG--NAME/snapshots layout).
+    - https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables
     """
     skip = _applies(snap)
     if skip:
@@ -144,6 +146,7 @@ def max_model_len_exceeds_context(snap):
     - vLLM `_get_and_verify_max_len` (vllm/config/model.py): length keys
       max_position_embeddings, n_positions, max_seq_len, seq_length, model_max_length,
       max_sequence_length, max_seq_length, seq_len (the smallest wins), rope scaling factor.
+    - https://github.com/vllm-project/vllm/blob/main/vllm/config/model.py
     """
     skip = _applies(snap)
     if skip:
@@ -196,6 +199,7 @@ def architecture_needs_trust_remote_code(snap):
     ## References
     - vLLM vllm/model_executor/models/registry.py (`_TEXT_GENERATION_MODELS` …), docs
       "Supported models" (Transformers backend fallback, trust_remote_code).
+    - https://docs.vllm.ai/en/latest/models/supported_models/
     """
     skip = _applies(snap)
     if skip:

@@ -24,6 +24,8 @@ def parallel_size_exceeds_gpus(snap):
     ## References
     - vLLM docs, "Distributed inference and serving" (TP × PP GPUs per engine).
     - CUDA C++ Programming Guide, "CUDA Environment Variables" (CUDA_VISIBLE_DEVICES).
+    - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
+    - https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-variables.html
     """
     skip = _applies(snap)
     if skip:
@@ -71,6 +73,7 @@ def tensor_parallel_does_not_divide_model(snap):
     ## References
     - vLLM `ModelConfig.verify_with_parallel_config` (vllm/config/model.py) and
       `QKVParallelLinear` (KV-head replication).
+    - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
     skip = _applies(snap)
     if skip:
@@ -117,7 +120,8 @@ def tensor_parallel_group_mixed_gpus(snap):
     command, with `CUDA_DEVICE_ORDER=PCI_BUS_ID` so the indices are nvidia-smi's).
 
     ## References
-    - research/facts.md §2.1–2.3; GD301 (rules/gpu.py).
+    - GD301 (rules/gpu.py).
+    - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
     skip = _applies(snap)
     if skip:

@@ -24,8 +24,9 @@ def parser_unknown(snap):
     `qwen3_coder`, not `qwen3_xml`), or upgrade vLLM.
 
     ## References
-    - research/facts.md §4.7 (parser registries and names; PR #21396, #28900);
-      vllm/entrypoints/openai/cli_args.py `validate_parsed_serve_args`.
+    - vllm/entrypoints/openai/cli_args.py `validate_parsed_serve_args`.
+    - https://docs.vllm.ai/en/latest/features/tool_calling/
+    - https://docs.vllm.ai/en/v0.11.2/features/reasoning_outputs/
     """
     skip = _applies(snap)
     if skip:

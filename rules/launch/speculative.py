@@ -26,8 +26,8 @@ def speculative_method_unknown(snap):
     Use a method this vLLM lists (shown), or upgrade vLLM to a version with the method.
 
     ## References
-    - research/facts.md §4.3 (speculative-config keys and methods), §4.4 (DFlash history);
-      vllm/config/speculative.py `SpeculativeMethod`.
+    - vllm/config/speculative.py `SpeculativeMethod`.
+    - https://github.com/vllm-project/vllm/blob/main/docs/features/speculative_decoding/README.md
     """
     skip = _applies(snap)
     if skip:
@@ -71,7 +71,7 @@ def speculative_drafter_unreadable(snap):
     cached / downloadable) and repair its config.json.
 
     ## References
-    - research/facts.md §4.3, §4.4 (draft config keys read by vLLM's DFlash model).
+    - https://github.com/vllm-project/vllm/blob/main/docs/features/speculative_decoding/README.md
     """
     skip = _applies(snap)
     if skip:
@@ -133,9 +133,8 @@ def speculative_target_layers_invalid(snap):
     unique and ascending.
 
     ## References
-    - research/facts.md §4.4 (DFlash aux-layer semantics, draft-config keys; vLLM
-      eagle3_utils.py `get_eagle3_aux_layers_from_config`); vllm-project/vllm PR #40727;
-      sgl-project/sglang#37475, #37476.
+    - vllm-project/vllm PR #40727; https://github.com/sgl-project/sglang/issues/37475,
+      https://github.com/sgl-project/sglang/issues/37476.
     """
     skip = _applies(snap)
     if skip:
@@ -224,7 +223,8 @@ def speculative_method_needs_fixes(snap):
     Install a vLLM release that includes the fixes listed, or apply them to the branch.
 
     ## References
-    - research/facts.md §4.4 (PR #40727, #40898 → #46104, #47914, #48113); gpudoctor/knowledge/advisories.py.
+    - gpudoctor/knowledge/advisories.py.
+    - https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py
     """
     skip = _applies(snap)
     if skip:
@@ -274,8 +274,8 @@ def num_speculative_tokens_invalid(snap):
     For DFlash use `block_size − 1` (15 for the b16 drafters); for EAGLE/MTP 1–5 is typical.
 
     ## References
-    - research/facts.md §4.3 (num_speculative_tokens), §4.4 (DFlash block drafting);
-      vllm/v1/spec_decode/dflash.py (query tokens per request = 1 + num_speculative_tokens).
+    - vllm/v1/spec_decode/dflash.py (query tokens per request = 1 + num_speculative_tokens).
+    - https://github.com/vllm-project/vllm/blob/main/docs/features/speculative_decoding/README.md
     """
     skip = _applies(snap)
     if skip:
