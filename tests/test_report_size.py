@@ -141,3 +141,11 @@ def test_check_markdown_says_1_error_not_1_errors():
     proc = gd("check", "--snapshot", str(REPO / "tests/fixtures/snapshots/h200-stale-engine.json"), "--format", "markdown")
     assert "1 error, 1 warning" in proc.stdout and "1 errors" not in proc.stdout
     assert_renders(proc.stdout)
+
+
+def test_check_markdown_leaves_a_big_snapshot_out_and_keeps_a_small_one():
+    big = gd("check", "--snapshot", str(REPO / "tests/fixtures/snapshots/h200-full.json"), "--format", "markdown").stdout
+    assert len(big) <= LIMIT and "_The snapshot (" in big and "<details><summary>snapshot.json" not in big
+    small = gd("check", "--snapshot", str(REPO / "tests/fixtures/snapshots/h200.json"), "--format", "markdown").stdout
+    assert "<details><summary>snapshot.json</summary>" in small
+    assert_renders(big)
