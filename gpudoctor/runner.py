@@ -1,12 +1,26 @@
-"""The one way gpudoctor runs a program: argv list, timeout, LC_ALL=C, never a shell."""
+"""The one way gpudoctor runs a program: argv list, deadline, bounded output, LC_ALL=C, never a shell.
+
+A child runs in its own session (process group). When it misses its deadline or prints more
+than its cap, the whole group is killed — a ``--python`` that forks a hanging grandchild
+leaves nothing behind — and the output read so far (at most the cap) is kept for the reason.
+Output is read as it comes, so a program that floods stdout costs at most ``max_output``
+bytes of memory, never gigabytes.
+"""
 
 from __future__ import annotations
 
 import os
+import selectors
 import shutil
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
+
+MAX_OUTPUT = 4 << 20  # bytes of stdout kept by default: nvidia-smi -q of 8 GPUs is ~100 KiB
+MAX_STDERR = 256 << 10  # stderr is only ever shown as a reason
+_CHUNK = 1 << 16
 
 
 @dataclass
@@ -18,28 +32,104 @@ class Completed:
     detail: str = ""
 
 
-def run(argv: Sequence[str], timeout: float = 5.0, env: Optional[Mapping[str, str]] = None) -> Completed:
+def remaining(deadline: Optional[float], timeout: float) -> float:
+    """The seconds a step may take: its own timeout, cut to what is left of the overall deadline."""
+    if deadline is None:
+        return timeout
+    return max(0.0, min(timeout, deadline - time.monotonic()))
+
+
+def run(argv: Sequence[str], timeout: float = 5.0, env: Optional[Mapping[str, str]] = None,
+        deadline: Optional[float] = None, max_output: int = MAX_OUTPUT) -> Completed:
+    """Run ``argv`` for at most ``timeout`` seconds (and never past ``deadline``, a monotonic time)."""
     exe = shutil.which(argv[0], path=(env or os.environ).get("PATH")) if os.sep not in argv[0] else argv[0]
     if not exe:
         return Completed("absent", detail=f"{argv[0]} not found on PATH")
+    limit = remaining(deadline, timeout)
+    if limit <= 0:
+        return Completed("timeout", detail=f"{argv[0]} was not run: no time left under the overall deadline")
     child_env = dict(env if env is not None else os.environ)
     child_env["LC_ALL"] = "C"
     try:
-        proc = subprocess.run(
-            [exe, *argv[1:]],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout,
-            env=child_env,
-        )
-    except subprocess.TimeoutExpired:
-        return Completed("timeout", detail=f"{argv[0]} did not answer within {timeout:g} s")
-    except OSError as exc:
-        return Completed("error", detail=f"cannot run {argv[0]}: {exc.strerror or exc}")
-    out = proc.stdout.decode("utf-8", "replace")
-    err = proc.stderr.decode("utf-8", "replace")
+        proc = subprocess.Popen([exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=child_env, start_new_session=True)
+    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte in argv or env
+        return Completed("error", detail=f"cannot run {argv[0]}: {getattr(exc, 'strerror', None) or exc}")
+    try:
+        out, err, why = _collect(proc, time.monotonic() + limit, max_output)
+    finally:
+        _finish(proc)
+    stdout = out.decode("utf-8", "replace")
+    stderr = err.decode("utf-8", "replace")
+    if why == "timeout":
+        return Completed("timeout", None, stdout, stderr, f"{argv[0]} did not answer within {_seconds(limit)} s")
+    if why == "flood":
+        return Completed("error", None, stdout, stderr,
+                         f"{argv[0]} printed more than {max_output >> 20 or 1} MiB; stopped it (not its normal output)")
     if proc.returncode != 0:
-        first = (out.strip() or err.strip()).splitlines()[:1]
-        detail = f"{argv[0]} exited {proc.returncode}" + (f": {first[0]}" if first else "")
-        return Completed("error", proc.returncode, out, err, detail)
-    return Completed("ok", 0, out, err)
+        first = (stdout.strip() or stderr.strip()).splitlines()[:1]
+        detail = f"{argv[0]} exited {proc.returncode}" + (f": {first[0][:200]}" if first else "")
+        return Completed("error", proc.returncode, stdout, stderr, detail)
+    return Completed("ok", 0, stdout, stderr)
+
+
+def _collect(proc: subprocess.Popen, until: float, max_output: int):
+    """Read both pipes until they close, the deadline passes or stdout passes its cap."""
+    out, err = bytearray(), bytearray()
+    selector = selectors.DefaultSelector()
+    for stream in (proc.stdout, proc.stderr):
+        os.set_blocking(stream.fileno(), False)
+        selector.register(stream, selectors.EVENT_READ)
+    try:
+        while selector.get_map():
+            left = until - time.monotonic()
+            if left <= 0:
+                return bytes(out), bytes(err), "timeout"
+            for key, _ in selector.select(min(left, 0.5)):
+                try:
+                    chunk = os.read(key.fd, _CHUNK)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                if key.fileobj is proc.stdout:
+                    out += chunk
+                    if len(out) > max_output:
+                        return bytes(out[:max_output]), bytes(err), "flood"
+                else:
+                    err += chunk
+                    if len(err) > MAX_STDERR:  # keep the tail: the last lines say what went wrong
+                        del err[: len(err) - MAX_STDERR]
+        # Both pipes closed: the child is exiting; wait for it, still under the deadline.
+        while proc.poll() is None:
+            if time.monotonic() >= until:
+                return bytes(out), bytes(err), "timeout"
+            time.sleep(0.005)
+        return bytes(out), bytes(err), ""
+    finally:
+        selector.close()
+
+
+def _finish(proc: subprocess.Popen) -> None:
+    """Kill whatever is left of the child's process group, then reap the child."""
+    # A reaped leader's id stays reserved while any member of its group (a grandchild) lives,
+    # so this reaches the leftovers and nothing else; an empty group answers ESRCH.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for stream in (proc.stdout, proc.stderr):
+        try:
+            stream.close()
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # unkillable (D state): leave it, never hang on it
+        pass
+
+
+def _seconds(value: float) -> str:
+    """0.299998 -> "0.3": a limit cut from a deadline is shown as a person would say it."""
+    return f"{value:.2g}" if value < 10 else f"{value:.0f}"

@@ -50,12 +50,20 @@ def run(args, io: IO) -> int:
     to_stdout = args.output == "-"  # "-o -": stdout, as every other tool means it
     if to_stdout:
         args.output = None
+    deadline = time.monotonic() + args.timeout  # the probes and the bundle's nvidia-smi -q share it
+
     if args.log_lines < 0:
         raise UsageError("--log-lines must be 0 or more")
     if args.smoke_timeout <= 0 or args.smoke_timeout != args.smoke_timeout:
         raise UsageError("--smoke-timeout must be a positive number of seconds")
     if args.log and (os.path.isdir(args.log) or not os.path.exists(args.log)):
         raise UsageError(f"cannot read --log {args.log}: " + ("is a directory" if os.path.isdir(args.log) else "no such file"))
+    if args.log:
+        from gpudoctor import bounded
+
+        problem = bounded.special_file(args.log)
+        if problem:  # before the probes run: a device or socket is refused at once
+            raise UsageError(f"cannot read --log {args.log}: {problem}")
     files = getattr(args, "snapshots", None) or []
     if len(files) > 1:  # one file per node (the Slurm/ssh path)
         from gpudoctor.commands.cluster import files_snapshot
@@ -96,7 +104,7 @@ def run(args, io: IO) -> int:
         members = [("report.md", markdown), ("report.json", document), ("snapshot.json", redactor(snapshot.dumps()))]
         if rep.log is not None:
             members.append(("log-excerpt.txt", redactor(rep.log.excerpt_text())))
-        name, text = report.nvidia_smi_q(live=not args.snapshot)
+        name, text = report.nvidia_smi_q(live=not args.snapshot, deadline=deadline)
         members.append((name, redactor(text)))
         try:
             report.write_bundle(bundle_path, members)

@@ -29,6 +29,7 @@ class Context:
     port: int = 8000  # the serving port whose listeners probes.processes reports
     python: Optional[str] = None  # --python: probe that interpreter's environment (probes.pystack)
     deep: bool = False  # --deep: also import the stack's extensions in a child interpreter (probes.deep)
+    deadline: Optional[float] = None  # time.monotonic() when the whole run must be done (set by start())
 
     @property
     def live(self) -> bool:
@@ -58,6 +59,10 @@ class Running:
     def __init__(self, ctx: Context, probes: List[Tuple[str, Probe]]):
         self.ctx = ctx
         self.started = time.monotonic()
+        if ctx.deadline is None:  # every subprocess a probe runs is cut to what is left of it
+            # A little before the join deadline, so a cut-off subprocess still becomes the probe's own
+            # fact ("nvidia-smi did not answer within 1.3 s") rather than "probe gpus: no answer".
+            ctx.deadline = self.started + max(ctx.timeout - 0.2, ctx.timeout * 0.9)
         self.results: Dict[str, Tuple[str, object]] = {}
         self.threads = []
         for name, probe in probes:

@@ -24,7 +24,7 @@ import re
 import sys
 from typing import Any, Dict, List
 
-from gpudoctor import runner
+from gpudoctor import bounded, runner
 from gpudoctor.snapshot import ABSENT, ERROR, NOT_SUPPORTED, TIMEOUT, Fact, missing, ok
 
 CHILD_SHARE = 0.8
@@ -97,14 +97,15 @@ def collect(ctx) -> Dict[str, Fact]:
         return _not_run("not run: --root is not this machine")
     python = getattr(ctx, "python", None) or sys.executable
     limit = min(max(ctx.timeout * CHILD_SHARE, 1.0), CHILD_MAX_S)
-    done = runner.run([python, "-I", "-c", PROGRAM, ctx.environ.get("PYTHONPATH", "")], timeout=limit, env=ctx.environ)
+    done = runner.run([python, "-I", "-c", PROGRAM, ctx.environ.get("PYTHONPATH", "")], timeout=limit, env=ctx.environ,
+                      deadline=getattr(ctx, "deadline", None))
     source = f"{python} -I (--deep)"
     if done.status == "timeout":
         return _not_run(f"{python} did not finish importing within {limit:g} s", TIMEOUT)
     if done.status != "ok":
         return _not_run(f"the import check could not run: {done.detail}", ERROR)
     try:
-        data = json.loads(done.stdout.strip().splitlines()[-1])
+        data = bounded.loads(done.stdout.strip().splitlines()[-1], "the import check's output")
     except (ValueError, IndexError):
         return _not_run(f"the import check printed no JSON: {done.stdout.strip()[:120]!r}", ERROR)
     if not isinstance(data, dict) or not isinstance(data.get("extensions"), list):

@@ -300,7 +300,7 @@ def _processes(node: Optional[ET.Element]) -> Fact:
 
 # --- running it ----------------------------------------------------------------------------
 def collect(ctx: Any) -> Dict[str, Fact]:
-    result = runner.run(ARGV, timeout=min(5.0, ctx.timeout), env=ctx.environ)
+    result = runner.run(ARGV, timeout=min(5.0, ctx.timeout), env=ctx.environ, deadline=getattr(ctx, "deadline", None))
     if result.status == OK:
         return parse_xml(result.stdout)
     facts: Dict[str, Fact] = {"gpu.count": missing(result.status, result.detail or f"nvidia-smi {result.status}", SOURCE)}

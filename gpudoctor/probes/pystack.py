@@ -18,13 +18,14 @@ import json
 import os
 from typing import Any, Dict, Optional
 
-from gpudoctor import runner
+from gpudoctor import bounded, runner
 from gpudoctor.probes import elf, fatbin, flash_attn, kernel_scan, pyenv, scancache, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
 CHILD_SHARE = 0.8
 CHILD_MAX_S = 60.0
+MAX_CHILD_OUTPUT = 8 << 20  # the facts of a venv with ~100 dists are ~100 KiB of JSON; 2,000 dists ~2 MiB
 ARG_MAX = 120_000  # bytes of program passed with -c; longer goes through a temp file
 
 # ascii() keeps the argument pure ASCII: under LC_ALL=C an old Python decodes argv as ASCII.
@@ -133,7 +134,7 @@ def collect(ctx) -> Dict[str, Fact]:
                                     [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain],
                                     probe_options, dict(ctx.environ))  # options: called only when vLLM is installed
         return _facts(plain, "")
-    return collect_other(python, ctx.environ, ctx.timeout, _record_mode(ctx))
+    return collect_other(python, ctx.environ, ctx.timeout, _record_mode(ctx), getattr(ctx, "deadline", None))
 
 
 def _record_mode(ctx) -> str:
@@ -141,13 +142,14 @@ def _record_mode(ctx) -> str:
     return "stack-full" if getattr(ctx, "deep", False) else "stack"
 
 
-def collect_other(python: str, environ, timeout: float, record: str = "stack") -> Dict[str, Fact]:
+def collect_other(python: str, environ, timeout: float, record: str = "stack", deadline: Optional[float] = None) -> Dict[str, Fact]:
     """Run the probe inside ``python`` and return its facts (or error facts saying why not)."""
     limit = min(max(timeout * CHILD_SHARE, 0.5), CHILD_MAX_S)
     program = bootstrap(environ)
     args = [environ.get("PYTHONPATH", ""), record, json.dumps(probe_options())]
     if len(program) < ARG_MAX:
-        done = runner.run([python, "-I", "-c", program] + args, timeout=limit, env=environ)
+        done = runner.run([python, "-I", "-c", program] + args, timeout=limit, env=environ, deadline=deadline,
+                          max_output=MAX_CHILD_OUTPUT)
     else:  # too long for one argv string (Linux MAX_ARG_STRLEN is 128 KiB): a private temp file
         import tempfile
 
@@ -155,15 +157,13 @@ def collect_other(python: str, environ, timeout: float, record: str = "stack") -
         try:
             with os.fdopen(fd, "w", encoding="ascii") as handle:
                 handle.write(program)
-            done = runner.run([python, "-I", script] + args, timeout=limit, env=environ)
+            done = runner.run([python, "-I", script] + args, timeout=limit, env=environ, deadline=deadline,
+                              max_output=MAX_CHILD_OUTPUT)
         finally:
             os.unlink(script)
     source = f"--python {python}"
     if done.status == "ok":
-        try:
-            data = json.loads(done.stdout)
-        except ValueError:
-            data = None
+        data = bounded.loads_or_none(done.stdout, MAX_CHILD_OUTPUT)
         if isinstance(data, dict) and isinstance(data.get("facts"), dict):
             facts = _facts(data["facts"], source)
             facts.setdefault("python.requested", Fact(python, "ok", source))
