@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -295,28 +293,15 @@ def _decode_tail(data: bytes, truncated: bool) -> str:
 def read_file(path: str, max_bytes: int = MAX_LOG_BYTES) -> Text:
     """The last ``max_bytes`` of a file, decoded leniently. Raises OSError (the caller words it).
 
-    A pipe (``--log <(journalctl -u vllm)``) or a device cannot seek: it is read through,
-    keeping the tail, like stdin.
+    A shell pipe (``--log <(journalctl -u vllm)``) is read through for at most 10 s, keeping the
+    tail, like stdin; a named FIFO, a device or a directory is refused at once (gpudoctor.bounded).
     """
-    if os.path.isdir(path):
-        raise IsADirectoryError(21, "is a directory", path)
-    with open(path, "rb") as handle:
-        try:
-            info = os.fstat(handle.fileno())
-            regular, size = stat.S_ISREG(info.st_mode), info.st_size
-        except OSError:
-            regular, size = False, 0
-        if not regular:
-            text = read_stream(handle, max_bytes)
-            text.source = path
-            return text
-        truncated = False
-        if size > max_bytes:
-            handle.seek(size - max_bytes)
-            truncated = True
-        data = handle.read(max_bytes + 1)
-        if len(data) > max_bytes:  # the file grew while we read it
-            data, truncated = data[-max_bytes:], True
+    from gpudoctor import bounded
+
+    try:
+        data, size, truncated = bounded.read_tail(path, "log", max_bytes)
+    except bounded.InputError as exc:  # a FIFO with no writer, a device, a directory: refused, never blocking
+        raise OSError(0, exc.reason, path) from None
     return Text(_decode_tail(data, truncated), path, max(size, len(data)), truncated)
 
 

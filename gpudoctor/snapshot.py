@@ -15,6 +15,8 @@ from typing import Any, Dict, Iterator, List, Optional
 
 SCHEMA_VERSION = 1
 MAX_GPUS = 1024
+MAX_SNAPSHOT_BYTES = 16 << 20  # a real H200 snapshot is ~60 KiB; 2,000 dists ~2 MiB
+MAX_FACTS = 200_000  # a real snapshot has a few thousand facts
 
 OK = "ok"
 ABSENT = "absent"  # looked, and it is not there (no driver, no torch)
@@ -134,6 +136,8 @@ class Snapshot:
         facts = data.get("facts")
         if not isinstance(facts, dict):
             raise SnapshotError("no facts object")
+        if len(facts) > MAX_FACTS:
+            raise SnapshotError(f"{len(facts)} facts, more than the {MAX_FACTS} a machine can have")
         meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
         parsed = {}
         for path, fact in facts.items():
@@ -145,19 +149,19 @@ class Snapshot:
 
     @classmethod
     def load(cls, path: str) -> "Snapshot":
+        from gpudoctor import bounded
+
         try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as exc:
-            raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror or exc}") from None
+            raw = bounded.read_file(path, "snapshot", MAX_SNAPSHOT_BYTES)
+            text = raw.decode("utf-8")
+        except bounded.InputError as exc:
+            raise SnapshotError(str(exc)) from None
         except UnicodeDecodeError:
             raise SnapshotError(f"snapshot {path} is not text") from None
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SnapshotError(f"snapshot {path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
-        except RecursionError:
-            raise SnapshotError(f"snapshot {path} is not a gpudoctor snapshot (JSON nested too deeply)") from None
+            data = bounded.loads(text, f"snapshot {path}", MAX_SNAPSHOT_BYTES)
+        except bounded.InputError as exc:
+            raise SnapshotError(str(exc)) from None
         try:
             return cls.from_json(data)
         except SnapshotError as exc:

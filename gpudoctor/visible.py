@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 # ASCII digits only: str.isdigit() also accepts "²" or "٣", which int() rejects or CUDA never reads.
-_INDEX = re.compile(r"-?[0-9]+")
+# At most 18 digits: a longer "index" resolves to no GPU anyway, and int() of 5,000 digits raises.
+_INDEX = re.compile(r"-?[0-9]{1,18}")
 
 
 @dataclass

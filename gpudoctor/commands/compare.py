@@ -31,17 +31,13 @@ def load(path: str):
     """A snapshot from a snapshot file, or from the "snapshot" member of a check/report JSON document."""
     from gpudoctor.snapshot import Snapshot, SnapshotError
 
+    from gpudoctor import bounded
+
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(256 << 20)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not text (expected a gpudoctor snapshot)") from None
-    except (ValueError, RecursionError) as exc:
-        raise UsageError(f"{path} is not valid JSON ({getattr(exc, 'msg', exc)})") from None
+        # A check/report JSON document carries the snapshot plus findings: a larger cap than a snapshot.
+        data = bounded.loads(bounded.read_text(path, "snapshot", 2 * bounded.MAX_FILE), path, 2 * bounded.MAX_FILE)
+    except bounded.InputError as exc:
+        raise UsageError(str(exc)) from None
     if isinstance(data, dict) and "facts" not in data and isinstance(data.get("snapshot"), dict):
         data = data["snapshot"]
     try:

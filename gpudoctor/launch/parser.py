@@ -243,9 +243,11 @@ def _looks_like_flag(token: str) -> bool:
 
 
 def _json_value(text: str) -> Any:
+    from gpudoctor import bounded
+
     try:
-        return json.loads(text)
-    except ValueError:
+        return bounded.loads(text, "value")
+    except bounded.InputError:
         return text
 
 
@@ -381,6 +383,8 @@ def human_int(text: str) -> int:
     text = text.strip()
     if text.lower() == "auto":
         return -1
+    if len(text) > 40:  # no real size has 40 digits; float('9' * 400) is inf and int(inf) raises OverflowError
+        raise ValueError(f"{len(text)} characters; not a usable number")
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text)
     if match:
         number, suffix = match.groups()
@@ -411,6 +415,8 @@ def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str
             continue
         try:
             if name in INT_FLAGS:
+                if len(value.strip()) > 40:
+                    raise ValueError(f"{len(value.strip())} characters; not a usable number")
                 out[name] = int(value)
             elif name in HUMAN_INT_FLAGS:
                 out[name] = human_int(value)
@@ -423,7 +429,7 @@ def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str
                 out[name] = _parse_json_flag(name, value)
             else:
                 out[name] = value
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             problem = str(exc) if name in JSON_FLAGS else f"not a valid {_kind(name)}: {exc}"
             launch.errors.append({"flag": name, "value": value, "problem": problem})
     return out
@@ -469,8 +475,12 @@ def _parse_json_flag(name: str, value: str) -> Any:
         return {"level": int(text)}
     if name not in JSON_OBJECT_FLAGS and not text.startswith(("{", "[")):
         return value
+    from gpudoctor import bounded
+
     try:
-        parsed = json.loads(text)
+        parsed = json.loads(text, parse_int=bounded.parse_json_int)
+        if bounded.depth(parsed) > bounded.MAX_JSON_DEPTH:
+            raise RecursionError
     except RecursionError:
         raise ValueError("not valid JSON (nested too deeply)") from None
     except ValueError as exc:
@@ -536,26 +546,58 @@ def _logical_lines(text: str) -> List[Tuple[int, str]]:
     return out
 
 
-def _expand(text: str, variables: Dict[str, str], unresolved: Set[str]) -> str:
+# $VAR expansion is bounded: `A=$A$A` repeated doubles a value each line (2**42 bytes after 42 lines).
+MAX_EXPANSIONS = 1000  # per logical line
+MAX_EXPANDED = 256 << 10  # characters of one expanded line
+# shlex builds each token by string concatenation (quadratic): a quoted 1 MiB line takes minutes.
+MAX_SHLEX_LINE = 64 << 10
+_PLAIN = re.compile(r"[^'\"\\#]*")
+
+
+def _expand(text: str, variables: Dict[str, str], unresolved: Set[str], number: int = 0) -> str:
+    count = 0
+    size = len(text)
+
     def repl(match: "re.Match[str]") -> str:
+        nonlocal count, size
+        count += 1
+        if count > MAX_EXPANSIONS:
+            raise CommandFileError(f"line {number}: more than {MAX_EXPANSIONS} $VARIABLE expansions; not a launch script")
         name = match.group(1) or match.group(3)
         if name in variables:
-            return variables[name]
-        if match.group(2) is not None:
-            return match.group(2)
-        unresolved.add(name)
-        return match.group(0)
+            value = variables[name]
+        elif match.group(2) is not None:
+            value = match.group(2)
+        else:
+            unresolved.add(name)
+            return match.group(0)
+        size += len(value)
+        if size > MAX_EXPANDED:
+            raise CommandFileError(f"line {number}: expanding ${name} makes it longer than {MAX_EXPANDED >> 10} KiB; "
+                                   "not a launch script")
+        return value
 
     return _VAR.sub(repl, text)
 
 
+def _split(line: str, number: int = 0) -> List[str]:
+    """``shlex.split(line, comments=True)``, linear on lines without quotes, escapes or comments."""
+    if _PLAIN.fullmatch(line):
+        return [word for word in re.split(r"[ \t\r\n]+", line) if word]
+    if len(line) > MAX_SHLEX_LINE:
+        raise ValueError(f"line {number} is {len(line) >> 10} KiB with quotes; longer than the "
+                         f"{MAX_SHLEX_LINE >> 10} KiB of a launch command")
+    return shlex.split(line, comments=True, posix=True)
+
+
 def read_command_file(path: str, environ: Optional[Dict[str, str]] = None) -> Tuple[List[str], Dict[str, str], str, List[str]]:
     """(argv, script assignments, "FILE:LINE", notes) of the first vLLM launch in a file."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(FILE_LIMIT + 1)
-    except OSError as exc:
-        raise CommandFileError(f"--from-file {path}: {exc.strerror or exc}") from None
+    from gpudoctor import bounded
+
+    try:  # regular files only: a FIFO or /dev/zero is refused at once, never read
+        data = bounded.read_file(path, "--from-file", FILE_LIMIT + 1)
+    except bounded.InputError as exc:
+        raise CommandFileError(f"--from-file {path}: {exc.reason}") from None
     if len(data) > FILE_LIMIT:
         raise CommandFileError(f"--from-file {path}: larger than {FILE_LIMIT // 1024} KiB; not a launch script")
     if b"\0" in data:
@@ -571,7 +613,7 @@ def read_command_file(path: str, environ: Optional[Dict[str, str]] = None) -> Tu
             continue
         unresolved: Set[str] = set()
         try:
-            words = shlex.split(_expand(stripped, variables, unresolved), comments=True, posix=True)
+            words = _split(_expand(stripped, variables, unresolved, number), number)
         except ValueError as exc:
             if re.search(r"\bvllm\b", stripped):
                 raise CommandFileError(f"--from-file {path}:{number}: cannot split the command line ({exc})") from None

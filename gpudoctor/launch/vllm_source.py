@@ -105,12 +105,9 @@ def interpreter_paths(python: str, environ: Dict[str, str], timeout: float) -> O
     done = runner.run([python, "-c", program], timeout=timeout, env=env)
     if done.status != "ok":
         return None
-    import json
+    from gpudoctor import bounded
 
-    try:
-        value = json.loads(done.stdout)
-    except ValueError:
-        return None
+    value = bounded.loads_or_none(done.stdout)
     return [str(p) for p in value] if isinstance(value, list) else None
 
 

@@ -31,7 +31,7 @@ import shlex
 import shutil
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpudoctor import runner
+from gpudoctor import bounded, runner
 from gpudoctor.snapshot import ABSENT, Fact, missing, ok
 
 NVCC_TIMEOUT = 5.0
@@ -100,8 +100,7 @@ def nvcc_version(nvcc: str, env, cache: Dict[str, Dict[str, Any]]) -> Dict[str, 
 
 def _nvcc_from_version_json(root: str) -> Optional[Dict[str, Any]]:
     try:
-        with open(os.path.join(root, "version.json"), encoding="utf-8") as handle:
-            data = json.load(handle)
+        data = bounded.loads(bounded.read_file(os.path.join(root, "version.json"), "version.json", 1 << 20))
         full = data["cuda_nvcc"]["version"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -114,8 +113,7 @@ def _nvcc_from_version_json(root: str) -> Optional[Dict[str, Any]]:
 def toolkit_version_file(root: str) -> Optional[Dict[str, str]]:
     """The version a toolkit's own files state: version.json (CUDA ≥ 11.1) or version.txt."""
     try:
-        with open(os.path.join(root, "version.json"), encoding="utf-8") as handle:
-            data = json.load(handle)
+        data = bounded.loads(bounded.read_file(os.path.join(root, "version.json"), "version.json", 1 << 20))
         version = data.get("cuda", {}).get("version") if isinstance(data, dict) else None
         if isinstance(version, str) and version:
             return {"version": version, "source": "version.json"}

@@ -442,7 +442,7 @@ def dependents(vllm_dir: Optional[str], vllm_version: Optional[str]) -> List[Dic
             continue
         try:
             imports = flash_attn_imports(source)
-        except (SyntaxError, ValueError, RecursionError) as exc:
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
             out.append({"dist": "vllm", "version": vllm_version, "file": path, "status": "error", "detail": str(exc)})
             break
         for item in imports:

@@ -149,7 +149,7 @@ def torch_facts(paths: Optional[List[str]] = None) -> Dict[str, Dict[str, Any]]:
     try:
         with open(path, "rb") as handle:
             values = read_version_py(handle.read(1 << 20).decode("utf-8"))
-    except (OSError, SyntaxError, ValueError) as exc:
+    except (OSError, SyntaxError, ValueError, MemoryError, RecursionError) as exc:  # ast.parse of `- - - … 1`
         status = os_error_status(exc) if isinstance(exc, OSError) else "error"
         reason = describe_os_error(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
         broken = fact(None, status, path, f"torch/version.py unreadable: {reason}")
@@ -352,7 +352,15 @@ def scan_dists(paths: Iterable[str], read_all: bool = True) -> Tuple[Dict[str, D
     first: Dict[str, Dict[str, Any]] = {}
     shadowed: Dict[str, List[Dict[str, Any]]] = {}
     unreadable: List[Dict[str, Any]] = []
+    scanned = set()
     for location in paths:
+        try:
+            real = os.path.realpath(location)
+        except (OSError, ValueError):
+            real = location
+        if real in scanned:
+            continue  # the same directory again through a symlink (a loop, lib64 -> lib): not a second install
+        scanned.add(real)
         try:
             entries = sorted(e.name for e in os.scandir(location))
         except NotADirectoryError:
@@ -437,6 +445,9 @@ def record_check(dist: Dict[str, Any], thorough: bool = False) -> Dict[str, Any]
         checked += 1
         try:
             os.stat(rel if rel.startswith("/") else base + rel)
+        except ValueError:  # a NUL byte in this RECORD line: that line is garbage, the rest still counts
+            checked -= 1
+            continue
         except OSError as exc:
             if isinstance(exc, FileNotFoundError) or exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 problems += 1
@@ -466,7 +477,7 @@ def editable_mappings(paths: Iterable[str]) -> Dict[str, str]:
             try:
                 with open(os.path.join(location, name), encoding="utf-8", errors="replace") as handle:
                     tree = ast.parse(handle.read(1 << 20))
-            except (OSError, SyntaxError, ValueError):
+            except (OSError, SyntaxError, ValueError, MemoryError, RecursionError):
                 continue
             for node in tree.body:
                 if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in node.targets):

@@ -107,7 +107,7 @@ def read_direct_url(meta_dir: str) -> Dict[str, Any]:
         return {"origin": "unknown", "error": f"direct_url.json: {exc.strerror or exc}"}
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: also ints over 4,300 digits
         return {"origin": "unknown", "error": f"direct_url.json is not valid JSON ({type(exc).__name__})"}
     if not isinstance(data, dict) or not isinstance(data.get("url"), str):
         return {"origin": "unknown", "error": "direct_url.json has no url"}

@@ -67,7 +67,10 @@ def normalize_url(url: str) -> str:
         raise URLError("empty URL")
     if "://" not in text:
         text = "http://" + text
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:  # "http://[::1": Invalid IPv6 URL
+        raise URLError(f"{exc} in {url!r}") from None
     if parts.scheme not in ("http", "https"):
         raise URLError(f"unsupported scheme {parts.scheme!r} (use http:// or https://)")
     if not parts.hostname:
