@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from gpudoctor.rule import (
     FAIL,
@@ -21,7 +21,7 @@ from gpudoctor.rule import (
     RuleMeta,
     Unknown,
 )
-from gpudoctor.snapshot import Snapshot
+from gpudoctor.snapshot import ERROR, Fact, Snapshot
 
 
 @dataclass
@@ -74,11 +74,15 @@ def _run_one(snapshot: Snapshot, meta: RuleMeta, debug: List[str]) -> Outcome:
         fact = snapshot.get(path)
         if not fact.ok:
             return Outcome(meta, UNKNOWN, reason=f"needs {path}, which is {fact.describe()}")
+    reading = _Reading(snapshot)
     try:
-        raw = meta.func(snapshot)
+        raw = meta.func(reading)
     except Exception as exc:  # a broken rule must not take the doctor down
         debug.append(f"rule {meta.id} raised:\n{traceback.format_exc()}")
-        return Outcome(meta, UNKNOWN, reason=f"rule crashed: {type(exc).__name__}: {exc} (run with -v)")
+        culprit = _culprit(snapshot, meta, reading.read)
+        if culprit is not None:
+            return Outcome(meta, UNKNOWN, reason=culprit)
+        return Outcome(meta, UNKNOWN, reason=f"rule crashed: {type(exc).__name__}: {str(exc)[:200]} (run with -v)")
     if raw is None or raw == []:
         return Outcome(meta, PASS)
     if isinstance(raw, Unknown):
@@ -90,6 +94,84 @@ def _run_one(snapshot: Snapshot, meta: RuleMeta, debug: List[str]) -> Outcome:
     fails = [raw] if isinstance(raw, Fail) else list(raw)
     findings = [_finding(snapshot, meta, fail) for fail in fails]
     return Outcome(meta, FAIL, findings)
+
+
+# --- typed facts ---------------------------------------------------------------------------------
+# A snapshot is data from another machine or another tool version: a fact can hold a string where
+# a rule expects a list. Rather than type-check every read in every rule, the engine records the
+# facts a rule read; when the rule raises, it runs it again with the fact it read last marked
+# unusable (a rule usually fails right after the read that surprised it), and again, until the
+# rule finishes; then it drops the masks that were not needed. The facts left are the ones of an
+# unexpected type, and the outcome says so: "unknown: fact X has an unexpected type", never
+# "rule crashed". A rule that still raises with everything it read masked has a real bug.
+MAX_RETRIES = 24
+
+
+class _Reading(Snapshot):
+    """The snapshot as a rule sees it (some facts masked), remembering which facts it read."""
+
+    def __init__(self, base: Snapshot, masked: Optional[Dict[str, Fact]] = None):
+        super().__init__({**base.facts, **masked} if masked else base.facts, base.meta)
+        self.read: List[str] = []
+
+    def get(self, path: str) -> Fact:
+        self.read.append(path)
+        return super().get(path)
+
+    def value(self, path: str, default: Any = None) -> Any:
+        self.read.append(path)
+        return super().value(path, default)
+
+    def with_prefix(self, prefix: str):
+        for path, fact in super().with_prefix(prefix):
+            self.read.append(path)
+            yield path, fact
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _masked(fact: Fact) -> Fact:
+    return Fact(None, ERROR, fact.source, f"unexpected type: {_type_name(fact.value)}")
+
+
+def _attempt(snapshot: Snapshot, meta: RuleMeta, masks: List[str]) -> Optional[List[str]]:
+    """None when the rule finishes with ``masks`` masked, else the facts it read before raising."""
+    view = _Reading(snapshot, {p: _masked(snapshot.facts[p]) for p in masks})
+    try:
+        meta.func(view)
+    except Exception:
+        return view.read
+    return None
+
+
+def _culprit(snapshot: Snapshot, meta: RuleMeta, read: List[str]) -> Optional[str]:
+    """"fact X has an unexpected type (…)" when masking facts the rule read lets it finish."""
+    masks: List[str] = []
+    for _ in range(MAX_RETRIES):
+        usable = [p for p in reversed(read) if p not in masks and p in snapshot.facts and snapshot.facts[p].ok]
+        if not usable:
+            return None
+        masks.append(usable[0])
+        read = _attempt(snapshot, meta, masks)
+        if read is None:
+            break
+    else:
+        return None
+    for path in list(masks[:-1]):  # keep only the masks the rule needs to finish
+        trial = [m for m in masks if m != path]
+        if _attempt(snapshot, meta, trial) is None:
+            masks = trial
+    parts = []
+    for path in masks[:3]:
+        shown = repr(snapshot.facts[path].value)
+        parts.append(f"{path} ({_type_name(snapshot.facts[path].value)}: {shown if len(shown) <= 60 else shown[:57] + '...'})")
+    more = f" and {len(masks) - 3} more" if len(masks) > 3 else ""
+    noun = "fact" if len(masks) == 1 else "facts"
+    verb = "has an unexpected type" if len(masks) == 1 else "have unexpected types"
+    return f"{noun} {', '.join(parts)}{more} {verb}; the rule cannot judge it"
 
 
 def _finding(snapshot: Snapshot, meta: RuleMeta, fail: Fail) -> Finding:
