@@ -36,7 +36,8 @@ from gpudoctor.smoke.serverinfo import launch_fact, parsers_fact
 from gpudoctor.smoke.session import SOURCE, Options, Progress, Run, StepError
 from gpudoctor.smoke.spec import scrape_metrics, spec_fact
 from gpudoctor.smoke.streaming import concurrency, stream, tool_stream
-from gpudoctor.snapshot import ABSENT, ERROR, OK, Fact
+from gpudoctor.smoke.client import TIMEOUT as T_TIMEOUT
+from gpudoctor.snapshot import ABSENT, ERROR, OK, TIMEOUT, Fact
 
 __all__ = ["Options", "Progress", "SERVER_PROCESS", "discover_url", "run"]
 
@@ -95,10 +96,11 @@ def _run_steps(opts: Options, progress: Optional[Progress], facts: Dict[str, Fac
     )
     for path, label, step in steps:
         run_.progress("step", f"smoke: {label} …")
+        had = run_.remaining()
         try:
-            facts[path] = step()
+            facts[path] = _deadline_cut(run_, step(), label, had)
         except StepError as exc:
-            facts[path] = exc.fact
+            facts[path] = _deadline_cut(run_, exc.fact, label, had)
         except Exception as exc:  # a bug in one step costs that step, not the whole check
             facts[path] = Fact({"error": "internal", "message": f"{type(exc).__name__}: {exc}"}, ERROR, SOURCE,
                                f"gpudoctor could not judge this answer ({type(exc).__name__}: {exc}); please report it")
@@ -106,6 +108,26 @@ def _run_steps(opts: Options, progress: Optional[Progress], facts: Dict[str, Fac
     facts["server.spec_decode"] = spec_fact(run_, before, after)
     run_.progress("clear", "")
 
+
+
+def _deadline_cut(run_: Run, fact: Fact, label: str, had: float) -> Fact:
+    """A step that started with less than half the --timeout left and whose requests timed out when the
+    deadline ran out did not fail: it had no time left. Its fact says "deadline" (the server rules
+    answer unknown), not a failure (issue 14: GD806 "4 of 4 parallel streams failed" against a
+    healthy, slow one-slot server). A step that had most of the budget and still timed out is a
+    hung server: that stays a failure."""
+    value = fact.value if isinstance(fact.value, dict) else None
+    if fact.ok and not (value and value.get("failed")) or value is None or run_.remaining() > 0.05:
+        return fact
+    if had >= run_.opts.timeout / 2:
+        return fact
+    failed = value.get("failed") if isinstance(value.get("failed"), list) else None
+    kinds = [f.get("error") for f in failed if isinstance(f, dict)] if failed else [value.get("error")]
+    if not kinds or any(kind not in (T_TIMEOUT, "deadline") for kind in kinds):
+        return fact  # a real failure (refused, 500, bad JSON) before the deadline stays one
+    cut = dict(value, error="deadline", cut_by_deadline=len(kinds))
+    return Fact(cut, TIMEOUT, fact.source,
+                f"deadline reached: {label} had no time left under the --timeout deadline ({run_.opts.timeout:g} s)")
 
 
 def server_info(run_: Run):
