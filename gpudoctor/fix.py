@@ -13,7 +13,8 @@ acting, because the snapshot may be seconds old and PIDs get reused:
   SIGTERM first, then SIGKILL for whatever is still there after the grace period.
 - RemoveFile: the path is still a regular file (not a symlink) directly inside the
   directory it was found in, with the same device and inode, owned by you, and no running
-  process maps it.
+  process maps it — which gpudoctor can only know in the host's PID namespace (in a container
+  with a private one it refuses and says why).
 
 Nothing else is ever done: there is no action type that runs a command.
 """
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from gpudoctor.actions import Action, RemoveFile, StopProcess
-from gpudoctor.probes.processes import ancestors, read_stat, read_uids, shm_kind, shm_users
+from gpudoctor.probes.processes import ancestors, pid_namespace_problem, read_stat, read_uids, shm_kind, shm_users
 
 DONE = "done"  # acted, and the result is confirmed
 ALREADY = "already"  # nothing left to do (process gone, file removed)
@@ -130,7 +131,12 @@ class Machine:
             return Verdict(REFUSED, "its name is not one gpudoctor removes")
         if info.st_uid != self.euid:
             return Verdict(REFUSED, f"owned by {self.user(info.st_uid)} (uid {info.st_uid}), not by you ({self.user(self.euid)})")
-        pids = _processes_of(self.proc, {info.st_uid})
+        namespace = pid_namespace_problem(self.proc)
+        if namespace:  # only the host sees every process that could map it
+            return Verdict(REFUSED, f"{namespace}; remove it from the host: rm {path}")
+        # A segment others may open (group/other bits) can be mapped by their processes too.
+        owners = None if info.st_mode & 0o066 else {info.st_uid}
+        pids = _processes_of(self.proc, owners)
         users, unreadable = shm_users(self.proc, {path}, pids)
         if users.get(path):
             return Verdict(REFUSED, f"now in use by PID {', '.join(map(str, sorted(users[path])))}")
@@ -139,7 +145,8 @@ class Machine:
         return Verdict("go")
 
 
-def _processes_of(proc: str, uids: Set[int]) -> List[int]:
+def _processes_of(proc: str, uids: Optional[Set[int]]) -> List[int]:
+    """PIDs owned by ``uids`` (every visible PID when None)."""
     out = []
     try:
         names = os.listdir(proc)
@@ -148,7 +155,7 @@ def _processes_of(proc: str, uids: Set[int]) -> List[int]:
     for name in names:
         if name.isdigit():
             try:
-                if os.stat(f"{proc}/{name}").st_uid in uids:
+                if uids is None or os.stat(f"{proc}/{name}").st_uid in uids:
                     out.append(int(name))
             except OSError:
                 continue

@@ -484,6 +484,8 @@ def leftover_shared_memory(snap):
         (undecided if item.get("uid") in unverifiable else leftovers).append(item)
     if not leftovers:
         return Unknown(f"cannot read every process's maps to tell whether {len(undecided)} shm file(s) are in use") if undecided else None
+    if data.get("processes_hidden"):
+        return Unknown(f"cannot tell whether {len(leftovers)} shm file(s) are in use: {data['processes_hidden']}")
     total = sum(int(item.get("size") or 0) for item in leftovers)
 
     def line(item):

@@ -50,8 +50,17 @@ TITLE_LIMIT = 512  # characters of a serving process's command line kept in the 
 # prefix is VLLM (VLLM_PROCESS_NAME_PREFIX changes it; forks use e.g. "vLLM-Omni::");
 # SGLang uses "sglang::scheduler_TP0", "sglang::detokenizer", ...
 TITLE = re.compile(r"^(?P<prefix>[A-Za-z][\w.-]{0,30})::(?P<name>.*)$", re.S)
-VLLM_PREFIX = re.compile(r"(?i)^vllm")
-SGLANG_PREFIX = re.compile(r"(?i)^sglang$")
+# Exact prefixes only: "vllm_bench::runner" or "vllmtools::cleanup" are someone else's processes,
+# and `gpudoctor fix` stops what is classified here (issue 14).
+VLLM_PREFIXES = ("VLLM", "vLLM-Omni")
+SGLANG_PREFIX = re.compile(r"^sglang$")
+# The names vLLM gives its processes (vllm/utils/system_utils.py set_process_title(name, suffix)
+# -> "{prefix}::{name}_{suffix}"): v1/engine/core.py "EngineCore" / "EngineCore_DP<n>",
+# v1/executor/multiproc_executor.py "Worker" / "Worker_DP0_PP0_TP1_EP0" (parts only when > 1),
+# entrypoints/cli/serve.py "APIServer_<n>", v1/engine/coordinator.py "DPCoordinator".
+VLLM_NAME = re.compile(r"EngineCore(_DP\d+)?|Worker(_(?:DP|PP|TP|PCP|DCP|EP)\d+)*|APIServer(_\d+)?|DPCoordinator")
+VLLM_STEMS = ("EngineCore", "Worker", "APIServer", "DPCoordinator")
+COMM_LEN = 15  # /proc/PID/comm keeps 15 bytes of a title
 
 # Secrets on a command line: the value after these options is masked before it is stored.
 SECRET_OPTIONS = re.compile(r"(?i)^--?(api[-_]?key|hf[-_]?token|token|password|secret)(=.*)?$")
@@ -179,19 +188,34 @@ def classify(comm: str, argv: List[str], extra_prefix: str = "") -> Optional[Tup
     starts, and are stale once that launcher is gone. The title is the full setproctitle
     title from the command line when there is one (comm is cut at 15 bytes: VLLM::EngineCor).
     """
-    for candidate in (argv[0] if argv else "", comm):
+    for from_comm, candidate in ((False, argv[0] if argv else ""), (True, comm)):
         match = TITLE.match(candidate)
         if not match:
             continue
         prefix, name = match.group("prefix"), match.group("name")
-        if VLLM_PREFIX.match(prefix) or (extra_prefix and prefix == extra_prefix):
-            return "vllm", _vllm_role(name), candidate
+        if prefix in VLLM_PREFIXES or (extra_prefix and prefix == extra_prefix):
+            cut = from_comm and len(comm.encode("utf-8", "replace")) >= COMM_LEN
+            if _vllm_name(name, cut):
+                return "vllm", _vllm_role(name), candidate
+            continue
         if SGLANG_PREFIX.match(prefix):
             return "sglang", _sglang_role(name), candidate
     launcher = _launcher(argv, comm)
     if launcher:
         return launcher, "launcher", comm
     return None
+
+
+def _vllm_name(name: str, cut: bool) -> bool:
+    """One of vLLM's own process names; ``cut``: from comm, where only the first bytes survive."""
+    if VLLM_NAME.fullmatch(name):
+        return True
+    if not cut or not name:
+        return False
+    for stem in VLLM_STEMS:
+        if stem.startswith(name) or (name.startswith(stem) and re.fullmatch(r"[_A-Z0-9]*", name[len(stem):])):
+            return True
+    return False
 
 
 def _vllm_role(name: str) -> str:
@@ -500,6 +524,27 @@ def mapped_paths(proc: str, pid: int, paths: Set[str]) -> Optional[Set[str]]:
     return found
 
 
+# The initial (host) PID namespace has this fixed inode: PROC_PID_INIT_INO in include/linux/proc_ns.h.
+HOST_PID_NS = "pid:[4026531836]"
+
+
+def pid_namespace_problem(proc: str) -> str:
+    """Why this process cannot see every process on the host ("" when it can).
+
+    A /dev/shm segment can be mapped by any process sharing that tmpfs: a container started
+    with --ipc=host, or a private PID namespace around gpudoctor, hides the processes that use
+    it, and "no process maps it" would be a lie.
+    """
+    try:
+        ns = os.readlink(f"{proc}/self/ns/pid")
+    except OSError as exc:
+        return f"cannot tell which PID namespace gpudoctor runs in ({exc.strerror or exc})"
+    if ns != HOST_PID_NS:
+        return (f"gpudoctor runs in a private PID namespace ({ns}, e.g. a container): processes outside it "
+                "that may map this segment are invisible from here")
+    return ""
+
+
 def init_is_serving(proc: str) -> bool:
     st = read_stat(proc, 1)
     return st is not None and classify(st.comm, read_argv(proc, 1) or []) is not None
@@ -562,5 +607,9 @@ def _shm(ctx, proc: str, index: Dict[str, List[Any]]) -> Fact:
     names_by_uid = _user_names({item["uid"] for item in files})
     for item in files:
         item["user"] = names_by_uid.get(str(item["uid"]), str(item["uid"]))
-    return ok({"dir": directory, "files": sorted(files, key=lambda f: f["name"]), "maps_unreadable_uids": unreadable_uids,
-               "maps_unreadable_pids": unreadable_pids[:50]}, "/dev/shm, /proc/PID/maps")
+    value = {"dir": directory, "files": sorted(files, key=lambda f: f["name"]), "maps_unreadable_uids": unreadable_uids,
+             "maps_unreadable_pids": unreadable_pids[:50]}
+    hidden = pid_namespace_problem(proc) if files and ctx.live else ""
+    if hidden:  # processes in other PID namespaces may map these files: "unused" cannot be known here
+        value["processes_hidden"] = hidden
+    return ok(value, "/dev/shm, /proc/PID/maps")
