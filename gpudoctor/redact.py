@@ -25,6 +25,7 @@ belongs to the JSON syntax) and idempotent: redacting twice gives the same text.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Tuple
@@ -34,9 +35,13 @@ MASK = "***"
 # A name that holds a secret: the keyword must end the name or be followed by "_"/"-"
 # and more name, so HF_TOKEN, AWS_SECRET_ACCESS_KEY, x-api-key and db_password match but
 # max_tokens, --max-num-batched-tokens, tokenizer and TOKENIZERS_PARALLELISM do not.
-_KEYWORD = r"(?:token|secret|passw(?:or)?d|passphrase|api[_-]?key|access[_-]?key|private[_-]?key|credentials?|client[_-]?secret)"
+# "token" and the *key words must start the name or follow a separator (HF_TOKEN, x-api-key), so a
+# package named tiktoken is not a secret; password/secret words may follow anything (PGPASSWORD).
+_KEYWORD_SEP = r"(?:token|api[_-]?key|access[_-]?key|private[_-]?key|client[_-]?secret)"
+_KEYWORD_ANY = r"(?:secret|passw(?:or)?d|passphrase|credentials?)"
 # Bounded repeats keep every pattern linear on huge single-line input.
-_NAME = r"[A-Za-z0-9_.-]{0,64}?" + _KEYWORD + r"(?:[_-][A-Za-z0-9_-]{0,64})?(?![A-Za-z0-9])"
+_NAME = (r"(?:(?:[A-Za-z0-9_.-]{0,64}?[_.-])?" + _KEYWORD_SEP + r"|[A-Za-z0-9_.-]{0,64}?" + _KEYWORD_ANY + r")"
+         r"(?:[_-][A-Za-z0-9_-]{0,64})?(?![A-Za-z0-9])")
 SECRET_NAME = re.compile(r"^" + _NAME + r"$", re.I)
 
 _NOT_NAME_BEFORE = r"(?<![A-Za-z0-9_.-])"
@@ -64,6 +69,31 @@ def _authorization(match: "re.Match[str]") -> str:
     return match.group("head") + (scheme + " " if scheme else "") + MASK
 
 
+def entropy(text: str) -> float:
+    """Shannon entropy in bits per character."""
+    if not text:
+        return 0.0
+    counts: dict = {}
+    for char in text:
+        counts[char] = counts.get(char, 0) + 1
+    total = len(text)
+    return -sum(n / total * math.log2(n / total) for n in counts.values())
+
+
+def looks_random(value: str) -> bool:
+    """A generated credential: long, several character classes, and high entropy (not a word, a
+    version, a path or a model name)."""
+    if len(value) < 20 or value.startswith(("/", ".")) or "/" in value.strip("/=+"):
+        return False
+    classes = sum(bool(re.search(pattern, value)) for pattern in (r"[a-z]", r"[A-Z]", r"[0-9]"))
+    return classes >= 2 and entropy(value) >= 3.5
+
+
+def _random_value(match: "re.Match[str]") -> str:
+    value = match.group("value")
+    return match.group("head") + MASK if looks_random(value) else match.group(0)
+
+
 _SECRETS: Tuple[Tuple["re.Pattern[str]", Any], ...] = (
     # Private keys: a whole block, then a dangling header whose end was cut off.
     (
@@ -89,8 +119,9 @@ _SECRETS: Tuple[Tuple["re.Pattern[str]", Any], ...] = (
         _authorization,
     ),
     (re.compile(r"(?i)\b(bearer)\s+(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + MASK),
-    # Credentials inside URLs (scheme://user:password@host) and curl -u user:password.
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@\"'\\]+):(?!\*\*\*@)[^@\s/\"'\\]+@"), r"\1:" + MASK + "@"),
+    # Credentials inside URLs (scheme://user:password@host, any characters in the password, "/" and
+    # "@" too: up to the last "@" of the URL) and curl -u user:password.
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@\"'\\]*):(?!\*\*\*@)[^\s\"'\\]{1,512}@"), r"\1:" + MASK + "@"),
     (re.compile(r"((?:^|\s)(?:-u|--user)[ =]\\?[\"']?[^\s:\"'\\]+):(?!\*\*\*)[^\s\"'\\]+"), r"\1:" + MASK),
     # Secrets in URL query strings (?token=…, &api_key=…, X-Amz-Signature=…).
     (
@@ -107,6 +138,9 @@ _SECRETS: Tuple[Tuple["re.Pattern[str]", Any], ...] = (
     (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), "github_pat_" + MASK),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), "gh_" + MASK),
     (re.compile(r"\bxox[abprse]-[A-Za-z0-9-]{10,}"), "xox-" + MASK),
+    (re.compile(r"(?i)(\bhttps?://hooks\.slack\.com/(?:services|workflows|triggers)/)(?!\*\*\*)[A-Za-z0-9/_-]+"), r"\1" + MASK),
+    (re.compile(r"\b((?:sk|rk|pk)_(?:live|test))_[A-Za-z0-9]{10,}"), r"\1_" + MASK),
+    (re.compile(r"\b(gl(?:pat|dt|rt|ptt|soat|cbt|ffct|imt|oas|agent))-[A-Za-z0-9_-]{20,}"), r"\1-" + MASK),
     (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b"), "AKIA" + MASK),
     (re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), "AIza" + MASK),
     (re.compile(r"\bnvapi-[A-Za-z0-9_-]{20,}"), "nvapi-" + MASK),
@@ -124,6 +158,15 @@ _SECRETS: Tuple[Tuple["re.Pattern[str]", Any], ...] = (
         ),
         _name_value,
     ),
+    # Values that look generated (long, high entropy) under any name about keys, tokens, secrets,
+    # passwords, signatures or auth: WANDB_KEY=…, "signing_key": "…", --auth abc…
+    (
+        re.compile(
+            r"(?i)(?P<head>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]{0,64}?(?:key|token|secret|passw|pwd|auth|sig|credential|cred)"
+            r"[A-Za-z0-9_.-]{0,64}\\?[\"']?(?:\s*[:=]\s*|\s+)\\?[\"']?)(?P<value>[A-Za-z0-9+/=_.~-]{20,512})(?![A-Za-z0-9+/=_.~-])"
+        ),
+        _random_value,
+    ),
     # Command-line flags: --api-key VALUE, --hf-token=VALUE, -password VALUE.
     (
         re.compile(r"(?i)(?<![A-Za-z0-9_-])(--?" + _NAME + r")([ =])(?!-|\*\*\*)(\\?[\"']?)[^\s\"'\\]+"),
@@ -139,8 +182,9 @@ _HINTS: Tuple[Tuple[str, ...], ...] = (
     ("private key",), ("private key",), ("private key",),
     ("authorization",), ("bearer",), ("://",), ("-u",), ("=",),
     ("hf_",), ("api_org_",), ("sk-",), ("github_pat_",), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), ("xox",),
+    ("hooks.slack.com",), ("_live_", "_test_"), ("gl",),
     ("akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa"), ("aiza",), ("nvapi-",), ("eyj",),
-    _KEYWORDS, _KEYWORDS,
+    _KEYWORDS, ("key", "token", "secret", "passw", "pwd", "auth", "sig", "cred"), _KEYWORDS,
 )
 assert len(_HINTS) == len(_SECRETS)
 

@@ -52,6 +52,13 @@ SECRETS = {
     "api_key on an error line": "ErrLineSecret99Zq24",
     "GitHub fine-grained PAT in the log": "github_pat_11ABCDEFG0123456789_abcdefghijklmZq25",
     "CUDA_VISIBLE_DEVICES with a token (shown by GD308)": "hf_CvdTokenValueShouldNotShow123Zq26",
+    # issue 14: formats that leaked before
+    "Stripe live key in the log": "sk_live_51HfQz8Kx2mLp4Rt7Vb9Nc3Dw6Zq27",
+    "GitLab token in the log": "glpat-Rk3vX9mQ2pL7sT4wY8nZq28",
+    "Slack webhook URL in the log": "T01ABCD2EFG/B03HIJK4LMN/x9Y8w7V6u5T4s3R2q1P0Zq29",
+    "DSN password with / in the log": "p4ss/w0rd+Zq30",
+    "Stripe key on the error line explain matches": "sk_live_ErrLineStr1peKeyValue99Zq31",
+    "high-entropy value of a *_KEY variable": "9fQ2xL7mZ4vB8nC1kD6hJ3sR5tYq32",
 }
 
 # Facts next to the secrets that must survive redaction, per kind of output.
@@ -123,8 +130,12 @@ def planted_log() -> str:
             f"+ curl -u admin:{SECRETS['curl -u password in the log']} http://127.0.0.1:8000/metrics",
             f"INFO GET https://hub.example.com/api/models?access_token={SECRETS['access_token in a URL query']}&model=qwen",
             f"INFO git clone https://{SECRETS['GitHub fine-grained PAT in the log']}@github.com/org/repo",
+            f"INFO billing with {SECRETS['Stripe live key in the log']} and registry {SECRETS['GitLab token in the log']}",
+            f"INFO alerts to https://hooks.slack.com/services/{SECRETS['Slack webhook URL in the log']}",
+            f"INFO DATABASE_URL=postgresql://svc:{SECRETS['DSN password with / in the log']}@db.internal:5432/metrics",
+            f"INFO WANDB_KEY={SECRETS['high-entropy value of a *_KEY variable']}",
             "ERROR 07-28 15:07:22 [core.py:632] RuntimeError: CUDA error: no kernel image is available for execution "
-            f"on the device (request api_key={SECRETS['api_key on an error line']})",
+            f"on the device (request api_key={SECRETS['api_key on an error line']} billing {SECRETS['Stripe key on the error line explain matches']})",
             "",
         ]
     )
@@ -431,3 +442,43 @@ def test_evidence_with_a_secret_name_is_masked_in_data_and_in_text():
     assert out["evidence"][0]["value"] == MASK and out["evidence"][1]["value"] == "/usr/local/cuda"
     assert shown_value("env.VLLM_API_KEY", "k") == MASK and shown_value("env.CUDA_HOME", "/x") == "/x"
     assert shown_value("gpu.0.name", "NVIDIA H200") == "NVIDIA H200"
+
+
+# --- issue 14 -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, secret", [
+    ("key sk_live_4eC39HqLyjWDarjtT1zdp7dc here", "4eC39HqLyjWDarjtT1zdp7dc"),
+    ("rk_test_51HxxxAbCdEfGhIjKlMn", "51HxxxAbCdEfGhIjKlMn"),
+    ("CI_JOB_TOKEN glpat-AbCdEfGhIjKlMnOpQrSt", "AbCdEfGhIjKlMnOpQrSt"),
+    ("https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXX", "XXXXXXXXXXXXXXXXXXXX"),
+    ("postgres://admin:pa/ss@w0rd@db.example.com:5432/app", "pa/ss@w0rd"),
+    ("redis://:Sup3r/Secret#1@cache:6379/0", "Sup3r/Secret#1"),
+    ('{"dsn": "mysql://root:s3cr/et@localhost/db"}', "s3cr/et"),
+    ('"signing_key": "Zx9QpL2mN7vR4tY8uI1oP3aS6dF0gH5j"', "Zx9QpL2mN7vR4tY8uI1oP3aS6dF0gH5j"),
+    ("WANDB_KEY=8f2c1e9a7b3d4f6e0a1b2c3d4e5f6a7b8c9d0e1f", "8f2c1e9a7b3d4f6e0a1b2c3d4e5f6a7b8c9d0e1f"),
+    ("--auth-secret Qm9vZ2llV29vZ2llMTIzNDU2Nzg5", "Qm9vZ2llV29vZ2llMTIzNDU2Nzg5"),
+])
+def test_issue_14_secret_formats(text, secret):
+    once = redact(text)
+    assert secret not in once, once
+    assert redact(once) == once  # idempotent
+
+
+@pytest.mark.parametrize("text", [
+    "packages.dists.tiktoken 0.7.0",
+    "tiktoken==0.7.0 max_tokens=512 tokenizer=Qwen/Qwen3-8B",
+    "model_key=Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8",
+    "cache_key: /root/.cache/vllm/torch_compile_cache/3f2a9c1b7e",
+    "git_sha=3f2a9c1b7e4d8f6a0b5c2e1d9f8a7b6c5d4e3f2a",
+    "http://127.0.0.1:8000/v1/models",
+    "git+https://github.com/vllm-project/vllm@v0.11.0",
+])
+def test_issue_14_package_names_and_ordinary_values_are_kept(text):
+    assert redact(text) == text
+
+
+def test_tiktoken_is_not_a_secret_name():
+    assert not is_secret_name("tiktoken") and not is_secret_name("packages.dists.tiktoken".rsplit(".", 1)[-1])
+    assert is_secret_name("HF_TOKEN") and is_secret_name("PGPASSWORD") and is_secret_name("x-api-key")
+    from gpudoctor.redact import shown_value
+
+    assert shown_value("packages.dists.tiktoken", {"version": "0.7.0"}) == {"version": "0.7.0"}
