@@ -1,0 +1,102 @@
+"""Measure gpudoctor against hostile inputs (issue 14): wall time, peak RSS, exit code.
+
+    python benchmarks/hostile_inputs.py [--timeout 5]
+
+Cases: a flooding, a hanging (with a grandchild) and a garbage-printing `nvidia-smi` (a fake
+script first on PATH) for `check` and `report --bundle`; the same three as `--python`; a
+FIFO, /dev/zero and a directory given to --snapshot, explain --log and preflight
+--from-file; a 16 MiB snapshot; the 42-line `A=$A$A` script and a 1 MiB line. The budget:
+a verdict within --timeout + 1 s and at most 100 MB peak RSS; exit 2 within 1 s for the
+FIFO / device cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BODIES = {
+    "flood": "exec yes 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA'",
+    "hang": "sleep 600 &\nsleep 600",
+    "garbage": "head -c 3000000 /dev/urandom",
+}
+
+
+def run(argv, env=None, limit=120.0):
+    """(exit code, wall s, peak RSS MB of gpudoctor and the children it waited for)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", *argv], cwd=str(REPO), env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = t0 + limit
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            return "killed", round(time.monotonic() - t0, 2), round(usage.ru_maxrss / 1024, 1)
+        time.sleep(0.01)
+    return os.waitstatus_to_exitcode(status), round(time.monotonic() - t0, 2), round(usage.ru_maxrss / 1024, 1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--timeout", type=float, default=5.0)
+    args = parser.parse_args()
+    t = args.timeout
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gd-hostile-") as tmp:
+        tmp_path = Path(tmp)
+        for kind, body in BODIES.items():
+            bindir = tmp_path / kind
+            bindir.mkdir()
+            for name in ("nvidia-smi", "python"):
+                script = bindir / name
+                script.write_text("#!/bin/sh\n" + body + "\n")
+                script.chmod(0o755)
+            env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+            rows.append((f"nvidia-smi {kind}: check", t + 1, *run(["check", "--timeout", str(t)], env)))
+            rows.append((f"nvidia-smi {kind}: report --bundle", t + 1,
+                         *run(["report", "--bundle", "-o", str(tmp_path / f"{kind}.tar.gz"), "--timeout", str(t)], env)))
+            rows.append((f"--python {kind}: check", t + 1, *run(["check", "--timeout", str(t), "--python", str(bindir / "python")])))
+            rows.append((f"--python {kind}: report --bundle", t + 1,
+                         *run(["report", "--bundle", "-o", str(tmp_path / f"py-{kind}.tar.gz"), "--timeout", str(t),
+                               "--python", str(bindir / "python")])))
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        for label, path in (("FIFO", str(fifo)), ("/dev/zero", "/dev/zero"), ("directory", tmp)):
+            rows.append((f"check --snapshot {label}", 1.0, *run(["check", "--snapshot", path])))
+            rows.append((f"explain --log {label}", 1.0, *run(["explain", "--log", path])))
+            rows.append((f"preflight --from-file {label}", 1.0, *run(["preflight", "--from-file", path, "--timeout", str(t)])))
+        big = tmp_path / "big.json"
+        facts = {f"x.{i:06d}": {"value": "v" * 40, "status": "ok"} for i in range(190_000)}
+        big.write_text(json.dumps({"schema_version": 1, "facts": facts}))
+        rows.append((f"check --snapshot {big.stat().st_size >> 20} MiB, 190k facts", t + 1, *run(["check", "--snapshot", str(big)])))
+        exp = tmp_path / "exp.sh"
+        exp.write_text("A=x\n" + "A=$A$A\n" * 42 + "vllm serve m --served-model-name $A\n")
+        rows.append(("preflight --from-file A=$A$A x42", t + 1, *run(["preflight", "--from-file", str(exp), "--timeout", str(t)])))
+        line = tmp_path / "line.sh"
+        line.write_text("vllm serve m --served-model-name " + "a" * ((1 << 20) - 100) + "\n")
+        rows.append(("preflight --from-file 1 MiB line", t + 1, *run(["preflight", "--from-file", str(line), "--timeout", str(t)])))
+    print(f"{'case':48} {'exit':>6} {'wall s':>7} {'limit s':>7} {'RSS MB':>7}  verdict")
+    bad = 0
+    for label, limit, code, wall, rss in rows:
+        ok = code != "killed" and wall <= limit and rss <= 100
+        bad += not ok
+        print(f"{label:48} {code!s:>6} {wall:>7} {limit:>7g} {rss:>7}  {'ok' if ok else 'OVER'}")
+    leftovers = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, text=True).stdout.split()
+    print(f"leftover 'sleep 600' grandchildren: {len(leftovers)}")
+    return 1 if bad or leftovers else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
