@@ -186,6 +186,13 @@ def _bounded_float(text: str) -> float:
     return float(text)
 
 
+def depth_exceeds(text: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Cheap pre-check on raw JSON text: ``limit`` + 1 brackets in a row (no parse needed)."""
+    opening = b"[" if isinstance(text, (bytes, bytearray)) else "["
+    brace = b"{" if isinstance(text, (bytes, bytearray)) else "{"
+    return opening * (limit + 1) in text or brace * (limit + 1) in text
+
+
 def depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
     """Nesting depth of a parsed JSON value, walked without recursion; stops past ``limit``."""
     deepest = 0

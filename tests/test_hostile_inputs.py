@@ -348,3 +348,23 @@ def test_a_step_with_no_time_left_is_unknown_deadline_not_a_failure():
     for outcome in result.outcomes:
         if outcome.rule.id == "GD806" and "server.concurrency" in cut:
             assert outcome.status == "unknown" and "deadline" in outcome.reason
+
+
+def test_a_deeply_nested_server_body_is_invalid_json_not_a_crashed_probe():
+    sys.path.insert(0, str(REPO / "tests"))
+    from smoke_servers import WireServer
+
+    from gpudoctor.smoke import client as smoke_client
+
+    body = b"[" * 100_000
+    response = smoke_client.Response(200, "OK", {"content-type": "application/json"}, body, 0.01)
+    with pytest.raises(smoke_client.ClientError) as caught:
+        smoke_client.parse_json(response)
+    assert caught.value.kind == "invalid_json"
+    assert WireServer  # the real server path is covered by tests/test_smoke.py's "invalid_json" fault
+
+
+def test_smoke_url_with_a_broken_ipv6_host_is_a_usage_error():
+    for argv in (["smoke", "--url", "http://[::1", "--timeout", "2"], ["report", "--url", "http://[::1", "--timeout", "2"]):
+        proc = gd(*argv)
+        assert proc.returncode == 2 and "Invalid IPv6 URL" in proc.stderr, proc.stderr

@@ -54,6 +54,13 @@ def run(args, io: IO) -> int:
 
     if args.log_lines < 0:
         raise UsageError("--log-lines must be 0 or more")
+    if args.url:
+        from gpudoctor.smoke.client import URLError, normalize_url
+
+        try:  # before the probes run: "http://[::1" is a usage error, not a failed smoke check
+            normalize_url(args.url)
+        except URLError as exc:
+            raise UsageError(f"--url: {exc}") from None
     if args.smoke_timeout <= 0 or args.smoke_timeout != args.smoke_timeout:
         raise UsageError("--smoke-timeout must be a positive number of seconds")
     if args.log and (os.path.isdir(args.log) or not os.path.exists(args.log)):

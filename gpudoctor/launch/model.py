@@ -141,13 +141,16 @@ def resolve(name: str, environ: Dict[str, str], revision: Optional[str] = None,
 # --- config.json ----------------------------------------------------------------------------------
 def read_json(path: str, limit: int = CONFIG_LIMIT) -> Tuple[Optional[Any], Optional[str]]:
     """(data, problem)."""
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(limit + 1)
-    except FileNotFoundError:
+    from gpudoctor import bounded
+
+    if not os.path.exists(path):
         return None, "missing"
-    except OSError as exc:
-        return None, f"unreadable: {exc.strerror or exc}"
+    try:  # a regular file only: a FIFO named config.json must not block the preflight
+        raw = bounded.read_file(path, "config", limit + 1)
+    except bounded.InputError as exc:
+        return None, f"unreadable: {exc.reason}"
+    if bounded.depth_exceeds(raw):
+        return None, "not valid JSON (nested too deeply)"
     if len(raw) > limit:
         return None, f"larger than {limit >> 20} MiB"
     try:

@@ -1,11 +1,11 @@
 """Steps 2, 3 and 6: the known answer, the origin-story chat request, the (non-streamed) tool call."""
 
 
-import json
 import re
 import time
 from typing import Any, Dict, Optional
 
+from gpudoctor import bounded  # JSON from a server: depth and number caps
 from gpudoctor.smoke.text import degenerate
 from gpudoctor.snapshot import NOT_SUPPORTED, OK, Fact
 from gpudoctor.smoke.codecheck import check_prime_answer
@@ -141,7 +141,7 @@ def tool_call(run_: Run, model: Optional[str]) -> Fact:
             value.update(result="malformed", reason=problem)
         else:
             function = calls[0]["function"]
-            value.update(result="tool_call", name=function["name"], arguments=json.loads(function["arguments"]),
+            value.update(result="tool_call", name=function["name"], arguments=bounded.loads(function["arguments"]),
                          id_present=bool(calls[0].get("id")))
     elif TOOL_MARKUP.search(content):
         value.update(result="unparsed_markup",
@@ -166,7 +166,7 @@ def _tool_call_problem(calls: Any) -> Optional[str]:
     if not isinstance(arguments, str):
         return f"tool_calls[0].function.arguments is a {type(arguments).__name__}, not a JSON string"
     try:
-        parsed = json.loads(arguments)
+        parsed = bounded.loads(arguments)
     except ValueError as exc:
         return f"tool_calls[0].function.arguments is not valid JSON ({exc}): {arguments[:80]!r}"
     if not isinstance(parsed, dict):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, Optional, Tuple
 from urllib.parse import urlsplit
 
-from gpudoctor import __version__
+from gpudoctor import __version__, bounded  # bounded: JSON from a server, depth and number caps
 
 MAX_BODY = 4 << 20  # a JSON answer (a 4096-token completion is ~20 KB)
 MAX_STREAM = 16 << 20  # a whole SSE stream
@@ -337,7 +337,7 @@ def parse_json(response: Response) -> Any:
                                   f"content-type {response.content_type or 'none'}"
                                   f"{f', page title {title!r}' if title else ''})")
     try:
-        return json.loads(response.body.decode("utf-8"))
+        return bounded.loads(response.body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         preview = response.text().strip().splitlines()[:1]
         shown = f": {preview[0][:120]!r}" if preview else " (empty body)"

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from gpudoctor import bounded  # JSON from a server: depth and number caps
 from gpudoctor.smoke.client import (
     TIMEOUT as T_TIMEOUT,
     Client,
@@ -197,7 +198,7 @@ def error_message(response: Response) -> str:
         name = html_title(response.body)
         return f"an HTML page{f' ({name!r})' if name else ''}, not JSON"
     try:
-        data = json.loads(response.body.decode("utf-8"))
+        data = bounded.loads(response.body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         data = None
     if isinstance(data, dict):

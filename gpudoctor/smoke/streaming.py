@@ -1,11 +1,11 @@
 """Steps 4 and 5: one streamed request measured token by token, then N in parallel."""
 
 
-import json
 import threading
 import time
 from typing import Any, Dict, List, Optional
 
+from gpudoctor import bounded  # JSON from a server: depth and number caps
 from gpudoctor.smoke.client import (
     CLOSED,
     ClientError,
@@ -80,7 +80,7 @@ def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any
             if result.done:
                 continue
             try:
-                chunk = json.loads(event.data)
+                chunk = bounded.loads(event.data)
             except ValueError:
                 raise StepError(run_.failure("invalid_json", f"{what}: chunk {result.events} is not JSON: {event.data[:80]!r}",
                                              result.status, {"measured": finish()})) from None
@@ -296,7 +296,7 @@ def tool_stream_summary(parts: List[Any]) -> Dict[str, Any]:
     if not function.get("name"):
         problems.append("the first tool-call delta has no function.name")
     try:
-        parsed = json.loads(joined) if joined else None
+        parsed = bounded.loads(joined) if joined else None
     except ValueError as exc:
         parsed = None
         problems.append(f"the function.arguments fragments do not join into JSON ({exc}): {joined[:80]!r}")
