@@ -163,7 +163,11 @@ def collect_other(python: str, environ, timeout: float, record: str = "stack", d
             os.unlink(script)
     source = f"--python {python}"
     if done.status == "ok":
-        data = bounded.loads_or_none(done.stdout, MAX_CHILD_OUTPUT)
+        from gpudoctor.snapshot import MAX_FACTS
+
+        # Counted before parsing: a child printing 300,000 tiny facts would cost hundreds of MB once parsed.
+        too_many = done.stdout.count('"status"') > 2 * MAX_FACTS
+        data = None if too_many else bounded.loads_or_none(done.stdout, MAX_CHILD_OUTPUT)
         if isinstance(data, dict) and isinstance(data.get("facts"), dict):
             facts = _facts(data["facts"], source)
             facts.setdefault("python.requested", Fact(python, "ok", source))
