@@ -19,6 +19,7 @@ import pytest
 
 from gpudoctor import registry
 from gpudoctor.engine import run_rules
+from gpudoctor.probes import processes as probe
 from gpudoctor.snapshot import Fact, Snapshot
 from test_processes_helpers import (  # noqa: F401  (spawner is a fixture)
     ME,
@@ -113,18 +114,26 @@ def test_fix_yes_stops_them_and_the_recheck_is_clean(tmp_path, spawner):
     left = shm_file(root, "psm_deadbeef")
     orphan = spawner.spawn("VLLM::EngineCore", orphan=True, listen=port, map=mapped, child_title="VLLM::Worker_TP0")
     stubborn = spawner.spawn("VLLM::Worker_TP1", orphan=True, ignore_term=True)
+    # Issue 14: from a private PID namespace (how this test isolates itself) gpudoctor cannot see every
+    # process that may map /dev/shm, so it stops the processes but refuses the files and says why.
+    private = probe.pid_namespace_problem("/proc") != ""
     code, out, err = run_command("fix", ["--yes", "--root", root, "--port", str(port), "--grace", "1"])
-    assert code == 0, out + err
+    assert code == (1 if private else 0), out + err
     for pid in (orphan["pid"], orphan["child"], stubborn["pid"]):
         assert gone(pid), pid
         assert f"done: stop PID {pid}" in out
     assert f"PID {stubborn['pid']} still running after 1 s: sent SIGKILL" in out
     assert "stopped (SIGTERM)" in out and "stopped (SIGKILL after 1 s)" in out
-    assert not os.path.exists(left) and not os.path.exists(mapped)  # the second one in round 2
-    assert "that left 1 more action(s)" in out and "re-check: clean" in out
+    assert "that left 1 more action(s)" in out  # the mapped segment only became a leftover in round 2
+    if private:
+        assert os.path.exists(left) and os.path.exists(mapped)
+        assert "will not: gpudoctor runs in a private PID namespace" in out
+    else:
+        assert not os.path.exists(left) and not os.path.exists(mapped)
+        assert "re-check: clean" in out
     assert ("running as root" in err) == (os.geteuid() == 0)
     code, doc = check(root, port)
-    assert findings(doc, "GD602") == [] and findings(doc, "GD603") == []
+    assert findings(doc, "GD602") == [] and (private or findings(doc, "GD603") == [])
     assert not any(mentions(doc, "GD601", pid) for pid in (orphan["pid"], orphan["child"], stubborn["pid"]))
 
 
