@@ -14,6 +14,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
@@ -40,8 +41,12 @@ def remaining(deadline: Optional[float], timeout: float) -> float:
 
 
 def run(argv: Sequence[str], timeout: float = 5.0, env: Optional[Mapping[str, str]] = None,
-        deadline: Optional[float] = None, max_output: int = MAX_OUTPUT) -> Completed:
-    """Run ``argv`` for at most ``timeout`` seconds (and never past ``deadline``, a monotonic time)."""
+        deadline: Optional[float] = None, max_output: int = MAX_OUTPUT, stdin: Optional[bytes] = None) -> Completed:
+    """Run ``argv`` for at most ``timeout`` seconds (and never past ``deadline``, a monotonic time).
+
+    ``stdin``: bytes handed to the child's standard input (written from a thread, so a child that
+    does not read them cannot block us); without it the child's stdin is /dev/null.
+    """
     exe = shutil.which(argv[0], path=(env or os.environ).get("PATH")) if os.sep not in argv[0] else argv[0]
     if not exe:
         return Completed("absent", detail=f"{argv[0]} not found on PATH")
@@ -51,10 +56,12 @@ def run(argv: Sequence[str], timeout: float = 5.0, env: Optional[Mapping[str, st
     child_env = dict(env if env is not None else os.environ)
     child_env["LC_ALL"] = "C"
     try:
-        proc = subprocess.Popen([exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=child_env, start_new_session=True)
+        proc = subprocess.Popen([exe, *argv[1:]], stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env, start_new_session=True)
     except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte in argv or env
         return Completed("error", detail=f"cannot run {argv[0]}: {getattr(exc, 'strerror', None) or exc}")
+    if stdin is not None:
+        threading.Thread(target=_feed, args=(proc.stdin, stdin), name="runner-stdin", daemon=True).start()
     try:
         out, err, why = _collect(proc, time.monotonic() + limit, max_output)
     finally:
@@ -109,6 +116,18 @@ def _collect(proc: subprocess.Popen, until: float, max_output: int):
         return bytes(out), bytes(err), ""
     finally:
         selector.close()
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+    except (OSError, ValueError):  # the child exited or closed its stdin: nothing more to give
+        pass
+    finally:
+        try:
+            pipe.close()
+        except (OSError, ValueError):
+            pass
 
 
 def _finish(proc: subprocess.Popen) -> None:

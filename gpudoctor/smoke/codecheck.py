@@ -13,9 +13,10 @@ from __future__ import annotations
 import ast
 import json
 import re
-import subprocess
 import sys
 from typing import Any, Dict, List, Optional
+
+from gpudoctor import runner
 
 NUMBERS = [0, 1, 2, 3, 4, 5, 9, 11, 15, 17, 25, 29, 91, 97, 100]
 TIMEOUT_S = 5.0
@@ -114,13 +115,16 @@ def check_prime_answer(text: str, cut: bool = False, python: str = sys.executabl
     if refused:
         return {"verdict": "refused", "function": fn.name, "reason": f"not run: the code {refused}"}
     request = json.dumps({"code": ast.unparse(tree), "name": fn.name, "numbers": NUMBERS})
-    try:
-        done = subprocess.run([python, "-I", "-S", "-c", CHILD], input=request, capture_output=True, text=True,
-                              timeout=TIMEOUT_S, env={"LC_ALL": "C"})
-    except subprocess.TimeoutExpired:
+    # gpudoctor.runner: its own process group (a fork in the answer dies with it), output capped (a
+    # print loop cannot flood us), killed at the deadline.
+    done = runner.run([python, "-I", "-S", "-c", CHILD], timeout=TIMEOUT_S, env={}, stdin=request.encode("utf-8"),
+                      max_output=1 << 20)
+    if done.status == "timeout":
         return {"verdict": "wrong", "function": fn.name, "reason": f"did not return within {TIMEOUT_S:g} s (an endless loop?)"}
-    except OSError as exc:
-        return {"verdict": "not_run", "function": fn.name, "reason": f"could not start a child interpreter: {exc}"}
+    if done.status in ("absent",) or done.returncode is None and done.status == "error" and "cannot run" in done.detail:
+        return {"verdict": "not_run", "function": fn.name, "reason": f"could not start a child interpreter: {done.detail}"}
+    if done.status == "error" and done.returncode is None:  # stopped: it printed more than 1 MiB
+        return {"verdict": "wrong", "function": fn.name, "reason": done.detail}
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1][:200]
         return {"verdict": "wrong", "function": fn.name, "reason": f"defining or calling it failed: {last}"}

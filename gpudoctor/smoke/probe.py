@@ -31,12 +31,12 @@ import time
 from typing import Dict, Optional
 
 from gpudoctor.smoke.answers import chat, known_answer, tool_call
+from gpudoctor.smoke.client import TIMEOUT as T_TIMEOUT
 from gpudoctor.smoke.ready import SERVER_PROCESS, choose_model, discover_url, port_owners, wait_ready
 from gpudoctor.smoke.serverinfo import launch_fact, parsers_fact
 from gpudoctor.smoke.session import SOURCE, Options, Progress, Run, StepError
 from gpudoctor.smoke.spec import scrape_metrics, spec_fact
 from gpudoctor.smoke.streaming import concurrency, stream, tool_stream
-from gpudoctor.smoke.client import TIMEOUT as T_TIMEOUT
 from gpudoctor.snapshot import ABSENT, ERROR, OK, TIMEOUT, Fact
 
 __all__ = ["Options", "Progress", "SERVER_PROCESS", "discover_url", "run"]
