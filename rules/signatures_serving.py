@@ -468,9 +468,9 @@ SERVING = (
             r"Model architectures \['(?P<architecture>\w+)'\] are not supported for now[^\n]*Supported architectures: \[[^\]]*'(?P=architecture)'",
         ],
         "hint": (
-            "the first ERROR line of a worker, e.g. '(VllmWorker rank=0 pid=…) ERROR … [multiproc_executor.py] WorkerProc "
-            "failed to start.' is preceded by that worker's own 'Traceback (most recent call last)' and exception line; "
-            "with several GPUs every rank prints one: the earliest one is the cause"
+            "the first ERROR line of a worker or of the engine core ('(VllmWorker rank=0 pid=…) ERROR …', "
+            "'(EngineCore_DP0 pid=…) ERROR …'): below it, that process's 'Traceback (most recent call last)' ends in "
+            "the exception that is the cause; with several GPUs every rank prints one, and the earliest is the cause"
         ),
         "cause": "vLLM reports that its engine core or one of its worker processes died during start-up; the exception that killed it is printed above, by that process.",
         "fix": "Send the log from the first ERROR line (not only the last traceback): gpudoctor explain --log FILE finds the cause there.",

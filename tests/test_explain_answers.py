@@ -120,6 +120,7 @@ def test_truncated_log_at_workerproc_says_the_cause_is_not_in_it():
     out = run("explain", text, "--no-confirm").stdout
     assert "A failure is visible" in out and "its cause is not in this excerpt" in out
     assert "Send the log from the first ERROR line" in out and "Look for: the first ERROR line of a worker" in out
+    assert "This excerpt starts at the failure itself (line 1)" in out
 
 
 def test_the_first_cause_wins_over_later_errors():

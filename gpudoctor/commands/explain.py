@@ -235,7 +235,10 @@ def render_text(diagnosis, confirmations, text, where: str, verbose: bool = Fals
         out.append("Send the log from the first ERROR line, not only its end (gpudoctor explain --log FILE reads up to 4 MiB).")
         if diagnosis.first_error is not None:
             number, line = diagnosis.first_error
-            out.append(f"The first error line here is line {number}: {line}")
+            if number >= symptom.line:
+                out.append(f"This excerpt starts at the failure itself (line {symptom.line}): the cause is printed above it, earlier in the log.")
+            else:
+                out.append(f"The first error line here is line {number}: {line}")
         out.append(f"Look for: {symptom.signature.hint}")
     out += ["", f"{len(matches)} known error signature{'s' * (len(matches) != 1)} in {text.describe()}:", ""]
     for number, (m, conf) in enumerate(zip(matches, confirmations), 1):
