@@ -128,6 +128,8 @@ BUILD = (
         "key": "flash_attn_ops_missing",
         "title": "No module named 'flash_attn.ops' (flash-attn-4 without flash-attn 2)",
         "patterns": [r"No module named ['\"]?flash_attn\.ops"],
+        # vLLM's own fallback when the rotary kernel is missing: a warning of a run that works
+        "exclude": [r"falling back to native rotary implementation"],
         "cause": (
             "flash-attn-4 installs only flash_attn/cute into the shared flash_attn namespace; without FA2 "
             "(the 'flash-attn' distribution) there is no flash_attn.ops, yet code that checks "

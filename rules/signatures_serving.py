@@ -440,7 +440,7 @@ SERVING = (
         "id": "SIG-swap-space-too-large",
         "key": "swap_space_too_large",
         "title": "vLLM's --swap-space takes (almost) all CPU memory",
-        "patterns": [r"Too large swap space\. (?P<swap>[\d.]+ ?GiB) out of the (?P<total>[\d.]+ ?GiB) total CPU memory"],
+        "patterns": [r"(?<!possibly )Too large swap space\. (?P<swap>[\d.]+ ?GiB) out of the (?P<total>[\d.]+ ?GiB) total CPU memory"],
         "cause": "--swap-space (CPU memory reserved for swapped KV blocks, per GPU) is more than vLLM allows of this machine's RAM.",
         "fix": "Lower --swap-space (e.g. 1 or 0) on machines with little RAM.",
         "commands": ["vllm serve MODEL --swap-space 1", "free -g"],
