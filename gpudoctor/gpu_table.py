@@ -9,9 +9,9 @@ Used three ways:
   PTX archs), whether a binary has code for a compute capability. Rules use it; they may not
   import probes, so this lives here and not beside the fatbin reader.
 
-Sources: NVIDIA "CUDA GPU Compute Capability" page (developer.nvidia.com/cuda-gpus) and its
-"Legacy" companion page, as tabulated in research/facts.md §2.1; binary compatibility rules
-from facts.md §2.1 (a cubin for sm_XY runs on the same major with an equal or higher minor;
+Sources: NVIDIA "CUDA GPU Compute Capability" page (https://developer.nvidia.com/cuda-gpus)
+and its "Legacy" companion page; binary compatibility rules from the CUDA Programming Guide
+(https://docs.nvidia.com/cuda/cuda-programming-guide/01-introduction/cuda-platform.html: a cubin for sm_XY runs on the same major with an equal or higher minor;
 ``a`` targets only on that exact cc; ``f`` targets on the family, i.e. the same major;
 PTX is JIT-compiled for any cc at or above its arch). Checked against real name/cc pairs from
 ``nvidia-smi --query-gpu=name,compute_cap`` (shared/fixtures/public/nvidia-smi-csv) and NVML.
@@ -44,7 +44,7 @@ NAME_TABLE: Tuple[Tuple[str, str, str], ...] = (
 )
 _COMPILED = tuple((re.compile(pattern, re.I), cc, family) for pattern, cc, family in NAME_TABLE)
 
-# Compute capabilities that exist (facts.md §2.1 plus the legacy page for 5.x/6.x).
+# Compute capabilities that exist (the CUDA GPUs page plus the legacy page for 5.x/6.x).
 KNOWN_CCS = ("5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9",
              "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
 

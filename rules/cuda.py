@@ -12,7 +12,9 @@ from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Passed, Unk
 from .driver import TOOLKIT_DRIVER, version_tuple
 
 # Newest host compiler each CUDA release accepts (include/crt/host_config.h in NVIDIA's own
-# nvcc wheels, research/facts.md §5.2): CUDA version -> (newest gcc major, newest clang major).
+# nvcc wheels, the nvidia-cuda-nvcc-cu* packages on PyPI; NVIDIA's policy:
+# https://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html#host-compiler-support-policy):
+# CUDA version -> (newest gcc major, newest clang major).
 HOST_COMPILER_LIMITS: Dict[Tuple[int, int], Tuple[int, int]] = {
     (11, 8): (11, 14),
     (12, 0): (12, 14),
@@ -234,7 +236,8 @@ def _kernel_fix(dist: str, version: Optional[str], gpu: Dict[str, Any], snap) ->
     summary = f"Install a build of {dist} that has sm_{sm} code (a wheel built for this GPU, or a source build for it)."
     torch_cuda = _cuda_tuple(snap.value("torch.cuda"))
     if torch_cuda and torch_cuda[0] >= 13 and version_tuple(cc) < (7, 5):
-        # CUDA 13.0 release notes, "Deprecated Architectures" (facts.md §2.1): no sm_5x/6x/7.0/7.2 at all.
+        # CUDA 13.0 release notes, "Deprecated Architectures": no sm_5x/6x/7.0/7.2 at all
+        # (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html).
         summary = (f"CUDA 13 removed Maxwell, Pascal and Volta (sm_5x, sm_6x, sm_70/72) from its compiler and libraries, "
                    f"so no CUDA {_fmt(torch_cuda)} build can have sm_{sm} code: this GPU needs torch and {dist} built with "
                    "CUDA 12.x (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/).")
@@ -262,7 +265,7 @@ def _cuda_libraries_fail(dists: List[str], missing: Dict[str, List[Dict[str, Any
     shown = ", ".join(f"{d} ({', '.join(os.path.basename(str(b['path'])) for b in missing[d][:2])})" for d in dists[:6])
     cuda13 = any("/cu13/" in str(b.get("path")) or d.endswith("-cu13") for d in dists for b in missing[d])
     if cuda13 and version_tuple(cc) < (7, 5):
-        # CUDA 13.0 release notes, "Deprecated Architectures" (facts.md §2.1).
+        # CUDA 13.0 release notes, "Deprecated Architectures" (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html).
         summary = (f"These are CUDA 13 libraries, and CUDA 13 removed Maxwell, Pascal and Volta (sm_5x, sm_6x, sm_70/72): "
                    f"cc {cc} needs the CUDA 12 wheels (…-cu12) with a CUDA 12 build of torch "
                    "(https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/).")

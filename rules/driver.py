@@ -10,7 +10,8 @@ from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, ru
 # Minimum Linux driver for each CUDA major under minor-version compatibility, and the
 # driver each toolkit release shipped with ("Toolkit Driver Version"). Source: CUDA
 # Toolkit Release Notes, Table 3 and Table 2; CUDA Compatibility guide, "Minor Version
-# Compatibility" (research/facts.md §1.1–1.2).
+# Compatibility": https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html and
+# https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html
 MVC_MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 TOOLKIT_DRIVER = {
     "11.8": "520.61.05",

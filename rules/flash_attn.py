@@ -2,7 +2,9 @@
 
 Facts come from probes/flash_attn.py (``flash_attn.*``, stdlib, read from dist-info, RECORD
 and ELF headers) and, under ``--deep``, probes/deep.py (``flash_attn.import_check``).
-Variant names, wheel naming and build facts: research/facts.md §2.2 and §3.
+Variant names, wheel naming and build facts: flash-attention's README and setup.py
+(https://github.com/Dao-AILab/flash-attention#installation-and-features,
+https://github.com/Dao-AILab/flash-attention/blob/main/setup.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, ru
 
 from .driver import version_tuple
 
-# Prebuilt FA2 wheels on each GitHub release (research/facts.md §3.6, read from each tag's
+# Prebuilt FA2 wheels on each GitHub release (https://github.com/Dao-AILab/flash-attention/releases, read from each tag's
 # .github/workflows/publish.yml): version -> (CUDA majors of the cuXX tag, torch major.minor
 # versions, Python minor range). From v2.7.0 the tag carries the CUDA major only (cu11, cu12).
 # Both cxx11abi TRUE and FALSE are built. Runners are x86_64 Ubuntu: linux_x86_64 wheels.
@@ -31,10 +33,10 @@ FA2_WHEELS: Tuple[Tuple[str, Tuple[int, ...], Tuple[str, ...], Tuple[int, int]],
 )
 RELEASE_URL = "https://github.com/Dao-AILab/flash-attention/releases/download/v{version}/{file}"
 WHEEL_NAME = "flash_attn-{version}+cu{cuda}torch{torch}cxx11abi{abi}-cp{py}-cp{py}-linux_{machine}.whl"
-# FLASH_ATTN_CUDA_ARCHS values flash-attention's setup.py knows (facts.md §3.6), per cc major.
+# FLASH_ATTN_CUDA_ARCHS values flash-attention's setup.py knows, per cc major.
 ARCHS_FOR_MAJOR = {8: "80", 9: "90", 10: "100", 11: "110", 12: "120"}
 GB = 1 << 30
-JOB_GB = 9  # setup.py v2.8.3: "each JOB peak memory cost is ~8-9GB when threads = 4" (facts.md §3.6)
+JOB_GB = 9  # setup.py v2.8.3: "each JOB peak memory cost is ~8-9GB when threads = 4"
 
 
 # --- facts -----------------------------------------------------------------------------------
@@ -84,7 +86,7 @@ def torch_target(snap) -> Dict[str, Any]:
     mm = _mm(torch)
     abi_note = ""
     if abi is None and mm is not None:
-        abi = mm >= (2, 7)  # pip wheels are CXX11-ABI from 2.7 (pytorch/pytorch#143962, facts.md §5.5)
+        abi = mm >= (2, 7)  # pip wheels are CXX11-ABI from 2.7 (pytorch/pytorch#143962)
         abi_note = " (ABI assumed from the torch version)"
     py = version_tuple(str(snap.value("python.version") or ""))
     machine = (snap.value("python.marker_env") or {}).get("platform_machine") or snap.value("host.arch") or "x86_64"

@@ -16,7 +16,7 @@ from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unkno
 
 # Below this acceptance rate, with at least MIN_DRAFT_TOKENS drafted, the drafter is loaded
 # but useless: a wrong target_layer_ids list or wrong drafter weights load silently and
-# collapse acceptance to ~0 (facts.md §4.4), while working drafters accept tens of percent.
+# collapse acceptance to ~0 (vLLM PR #40727), while working drafters accept tens of percent.
 NEAR_ZERO_ACCEPTANCE = 0.05
 MIN_DRAFT_TOKENS = 16
 

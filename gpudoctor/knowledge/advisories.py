@@ -14,7 +14,7 @@ How an advisory is evaluated against the installed vLLM, strongest evidence firs
    and the old form of the code the PR changed. Found fixed → "fixed"; found old → "missing";
    the feature's files absent → "not_applicable" (this vLLM has no such feature).
 2. **First release** — only where the first release containing the PR is verified (none of
-   the seeds is: research/facts.md "Not confirmed"); a release version is compared with it.
+   the seeds is); a release version is compared with it.
 3. **Merge commit** — for an editable checkout with its ``.git``, the probe walks the history
    from HEAD for the PR's merge commit (verified short ids below).
 4. Otherwise **"unknown"**, saying what could not be told. A release number is never guessed.
@@ -107,7 +107,7 @@ ADVISORIES: Tuple[Advisory, ...] = (
         sources=(
             "vllm-project/vllm#40727 '[Perf][Bugfix] Update dflash aux layer indexing' (merged; #42704 closed as its duplicate)",
             "merge commit c628a93a64 on 2026-05-20, files gpu_model_runner.py, speculators/algos.py, test_spec_decode.py (vLLM commit digests in the code index)",
-            "research/facts.md §4.4; fixed form '# Add 1 to convert DFlash's aux layer id semantics' in stored gpu_model_runner.py / eagle3_utils.py",
+            "https://github.com/vllm-project/vllm/pull/40727; fixed form '# Add 1 to convert DFlash's aux layer id semantics' in gpu_model_runner.py / eagle3_utils.py",
         ),
     ),
     Advisory(
@@ -138,7 +138,7 @@ ADVISORIES: Tuple[Advisory, ...] = (
             "vllm-project/vllm#46104 '[Spec Decode] Support SWA + DFlash for MiMo' (merged; qwen3_dflash.py +193/-4)",
             "vllm-project/vllm#40898 (closed, not merged; maintainer: tracked in #46105)",
             "merge commit 9969466a5978 (2026-06-30/07-01 in the vLLM commit digests of the code index)",
-            "research/facts.md §4.4; stored qwen3_dflash.py @036a00d1 reads dflash_config.use_swa",
+            "https://github.com/vllm-project/vllm/pull/46104; qwen3_dflash.py @036a00d1 reads dflash_config.use_swa",
         ),
     ),
     Advisory(
@@ -159,7 +159,7 @@ ADVISORIES: Tuple[Advisory, ...] = (
         reported_by="GD403",
         sources=(
             "vllm-project/vllm#42675 (issue), #42679 'fix: guard flash-attn rotary import' (merged), #36900 (earlier attempt)",
-            "research/facts.md §3.3 #5, §7",
+            "https://github.com/vllm-project/vllm/issues/42675 (\"No module named 'flash_attn.ops'\" with flash-attn-4 alone)",
         ),
     ),
 )

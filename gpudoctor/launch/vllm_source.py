@@ -1,7 +1,7 @@
 """What the installed vLLM accepts, read from its source text (never imported).
 
 Where vLLM defines things, in the versions read (vllm-project/vllm in the code index, 0.7 to
-late 2026; research/facts.md §4.3, §4.7, §4.8):
+late 2026; https://github.com/vllm-project/vllm):
 
 - **Flags.** ``vllm/engine/arg_utils.py`` ``EngineArgs.add_cli_args`` calls
   ``group.add_argument("--max-model-len", **model_kwargs["max_model_len"])`` with the flag
@@ -30,8 +30,8 @@ late 2026; research/facts.md §4.3, §4.7, §4.8):
 - **Attention backends.** Members of ``AttentionBackendEnum`` (``vllm/v1/attention/backends/
   registry.py``) or ``_Backend`` (older ``vllm/platforms/interface.py`` /
   ``vllm/attention/backends/registry.py``).
-- **Markers**: whether ``vllm/envs.py`` still reads ``VLLM_ATTENTION_BACKEND`` (facts.md
-  §4.8). Known-fix markers (DFlash's layer-id offset, PR #40727 …) are gpudoctor/knowledge/advisories.py's;
+- **Markers**: whether ``vllm/envs.py`` still reads ``VLLM_ATTENTION_BACKEND``
+  (https://docs.vllm.ai/en/latest/configuration/env_vars.html). Known-fix markers (DFlash's layer-id offset, PR #40727 …) are gpudoctor/knowledge/advisories.py's;
   probe.py runs them on the command's vLLM through probes/vllm_build.py.
 
 Every extractor is a regular expression over the text, tolerant of formatting and of syntax

@@ -5,7 +5,7 @@
   ``version.txt``, else ``nvcc --version``) and its nvcc's version (version.json's
   ``cuda_nvcc``, else ``nvcc --version``), deduplicated by real path (aliases kept).
 - ``cuda.home``: the CUDA_HOME ``torch.utils.cpp_extension`` would use, found its way
-  (research/facts.md §5.3): env CUDA_HOME, else CUDA_PATH, else the parent of the directory of
+  (torch/utils/cpp_extension.py ``_find_cuda_home``): env CUDA_HOME, else CUDA_PATH, else the parent of the directory of
   ``nvcc`` on PATH (no realpath: a wrapper script in /usr/local/bin gives /usr/local), else
   /usr/local/cuda if it exists. With its nvcc's version and whether it has the headers.
 - ``cuda.nvcc``: the ``nvcc`` that PATH gives (what a user or a CMake build runs).
@@ -172,7 +172,7 @@ def _path_nvcc(path_nvcc: Optional[str], env, cache) -> Fact:
 
 
 def resolve_home(ctx, path_nvcc: Optional[str]) -> Tuple[Optional[str], str]:
-    """(CUDA_HOME as torch.utils.cpp_extension._find_cuda_home finds it, how) — facts.md §5.3."""
+    """(CUDA_HOME as torch.utils.cpp_extension._find_cuda_home finds it, how)."""
     env = ctx.environ
     for name in ("CUDA_HOME", "CUDA_PATH"):
         if env.get(name):

@@ -2,7 +2,7 @@
 
 Reading files says a flash-attn or vLLM binary *looks* built for another torch (its wheel
 tag, its NEEDED libraries, c10 symbols that libc10 does not export); loading it says for
-sure. The doctor never does that in its own process (design.md non-negotiable 1): the
+sure. The doctor never does that in its own process (a broken extension can crash or hang the interpreter that loads it): the
 interpreter of the environment (``--python`` or this one) runs a short program with ``-I``
 through gpudoctor.runner — it imports torch (as the extension's users do: the extensions
 link against torch's libraries), then loads each extension file directly with

@@ -7,20 +7,23 @@ header, the section header table and the section-name table, then walks the fatb
 and entry *headers* with seek + small reads, skipping every payload (compressed or not). A
 456 MB ``libtorch_cuda.so`` with ~2,400 entries costs a few hundred KB of reads.
 
-Layouts (facts.md = ../shared/research/facts.md, section 6 "Fatbin format"; "fixture" = real
-files built by nvcc and checked byte by byte, see tests/fixtures/ground_truth/h200 and
-tests/fixtures/fatbin/build.sh + cuobjdump.txt):
+Layouts. Sources: "section.h" = NVIDIA's include/fatbinary_section.h (shipped in the
+nvidia-cuda-nvcc wheels on PyPI); "layout" = the container and entry headers as read by
+https://github.com/n-eiling/cuda-fatbin-decompression (fatbin-decompress.h) and
+https://github.com/jiegec/fatbinary (lib.rs), with nvopen-tools' reverse-engineered format
+notes for the rarer flags; "fixture" = real files built by nvcc and checked byte by byte, see
+tests/fixtures/ground_truth/h200 and tests/fixtures/fatbin/build.sh + cuobjdump.txt:
 
 * ELF: System V gABI header and section headers (ELF32 and ELF64, little-endian only).
-* Where fatbins live (facts 6.1): ``.nv_fatbin`` holds the fatbin data; ``__nv_relfatbin`` the
+* Where fatbins live (section.h): ``.nv_fatbin`` holds the fatbin data; ``__nv_relfatbin`` the
   relocatable (``-rdc``) objects; ``.nvFatBinSegment`` the ``__fatBinC_Wrapper_t`` records
   whose ``data`` pointer points at each registered container. cuobjdump (checked with 13.5 on
   tests/fixtures/fatbin/librdc.so and klto.o) lists ``.nv_fatbin`` and, only when a file has
   no ``.nv_fatbin`` (an object file), ``__nv_relfatbin``. We do the same; relocatable entries
   of a linked library are counted in ``relocatable`` only.
-* Container header, 16 bytes (facts 6.2): magic 0xBA55ED50, u16 version (1), u16 header size
+* Container header, 16 bytes (layout): magic 0xBA55ED50, u16 version (1), u16 header size
   (16), u64 size of the entries that follow. Containers follow each other inside a section.
-* Entry header, 64 bytes and more (facts 6.3): u16 kind @0x00, u16 @0x02 (0x0101 in every
+* Entry header, 64 bytes and more (layout): u16 kind @0x00, u16 @0x02 (0x0101 in every
   file seen), u32 header size @0x04, u64 payload size @0x08 (padded: the next entry starts at
   entry + header size + payload size), u32 compressed size @0x10, u32 offset of the optional
   extension @0x14, u16 minor @0x18, u16 major @0x1A, u32 arch @0x1C, u64 flags @0x28,
@@ -62,29 +65,29 @@ if _elf is None:
 SHT_NOBITS = _elf.SHT_NOBITS
 _Reader = _elf.Reader
 
-# --- fatbin (facts.md 6.1-6.3) ------------------------------------------------------------
-FATBIN_SECTION = b".nv_fatbin"  # facts 6.1: FATBIN_DATA_SECTION_NAME
-RELFATBIN_SECTION = b"__nv_relfatbin"  # facts 6.1: FATBIN_PRELINK_DATA_SECTION_NAME (-rdc)
-WRAPPER_SECTION = b".nvFatBinSegment"  # facts 6.1: FATBIN_CONTROL_SECTION_NAME
-FATBIN_MAGIC = 0xBA55ED50  # facts 6.2: FATBIN_MAGIC; fixture: bytes 50 ed 55 ba at 0x8e990
-OLD_FATBIN_MAGIC = 0x1EE55A01  # facts 6.2: "old style" (pre-CUDA 4) magic, not read
-WRAPPER_MAGIC = 0x466243B1  # facts 6.1: FATBINC_MAGIC, first int of __fatBinC_Wrapper_t
-CONTAINER_HEADER = struct.Struct("<IHHQ")  # facts 6.2: magic, version, header_size, fat_size
-ENTRY_HEAD = struct.Struct("<HHIQ")  # facts 6.3: kind, 0x0101, header_size, payload size
-ENTRY_BASE = 64  # facts 6.3: entry header is 64 bytes, longer with the extension
+# --- fatbin (section.h, layout) ------------------------------------------------------------
+FATBIN_SECTION = b".nv_fatbin"  # section.h: FATBIN_DATA_SECTION_NAME
+RELFATBIN_SECTION = b"__nv_relfatbin"  # section.h: FATBIN_PRELINK_DATA_SECTION_NAME (-rdc)
+WRAPPER_SECTION = b".nvFatBinSegment"  # section.h: FATBIN_CONTROL_SECTION_NAME
+FATBIN_MAGIC = 0xBA55ED50  # layout: FATBIN_MAGIC; fixture: bytes 50 ed 55 ba at 0x8e990
+OLD_FATBIN_MAGIC = 0x1EE55A01  # layout: "old style" (pre-CUDA 4) magic, not read
+WRAPPER_MAGIC = 0x466243B1  # section.h: FATBINC_MAGIC, first int of __fatBinC_Wrapper_t
+CONTAINER_HEADER = struct.Struct("<IHHQ")  # layout: magic, version, header_size, fat_size
+ENTRY_HEAD = struct.Struct("<HHIQ")  # layout: kind, 0x0101, header_size, payload size
+ENTRY_BASE = 64  # layout: entry header is 64 bytes, longer with the extension
 
 # Entry kinds (u16 at entry+0x00).
-KIND_PTX = 0x1  # facts 6.3; fixture: the compute_90 PTX of libk_sm80_sm90_ptx90.so
-KIND_ELF = 0x2  # facts 6.3; fixture: every cubin of the three H200 libraries
+KIND_PTX = 0x1  # layout; fixture: the compute_90 PTX of libk_sm80_sm90_ptx90.so
+KIND_ELF = 0x2  # layout; fixture: every cubin of the three H200 libraries
 KIND_LTO = 0x8  # fixture klto.o (nvcc -dlto, code=lto_90): LTO-IR, not listed by cuobjdump -lelf
-KIND_ELF_ALT = 0x10  # facts 6.3 (nvopen-tools, 2ND): "ELF variant", counted by cuobjdump; not seen here
+KIND_ELF_ALT = 0x10  # layout (nvopen-tools, 2ND): "ELF variant", counted by cuobjdump; not seen here
 KIND_CONCAT = 0x100  # fixture libconcat.so (fatbinary -concat): several entries in one stream
 
 # Entry flags (u64 at entry+0x28).
-FLAG_LZ4 = 0x2000  # facts 6.3 (n-eiling/jiegec 0x2000); fixture liblz4.so (-compress-mode=speed)
-FLAG_ZSTD = 0x8000  # facts 6.3 (nvopen-tools bit 15); fixtures libk_compressed.so, PTX of libk_sm80_sm90_ptx90.so
+FLAG_LZ4 = 0x2000  # layout (n-eiling/jiegec 0x2000); fixture liblz4.so (-compress-mode=speed)
+FLAG_ZSTD = 0x8000  # layout (nvopen-tools bit 15); fixtures libk_compressed.so, PTX of libk_sm80_sm90_ptx90.so
 FLAG_COMPRESSED = FLAG_LZ4 | FLAG_ZSTD
-# The 'a' / 'f' suffixes are NOT in the arch integer (facts 6.3) and NOT in the cubin's ELF
+# The 'a' / 'f' suffixes are NOT in the arch integer (layout) and NOT in the cubin's ELF
 # e_flags (sm_90 and sm_90a cubins both carry e_flags 0x05005a04 in libvariants.so). They are
 # entry-header flag bits, found from real nvcc 13.5 output and cuobjdump 13.5's names for the
 # same entries (tests/fixtures/fatbin/cuobjdump.txt), for cubins and PTX alike:
@@ -191,7 +194,7 @@ class _Collector:
             name = f"sm_{arch}{'a' if suffix == 'a' else ''}"  # cuobjdump: sm_100f cubin = sm_100
         elif kind == KIND_PTX:
             self.ptx.add((arch, suffix))
-            # facts 6.3 minor/major; fixtures: 9.0 = the PTX's `.version 9.0` (nvcc 13.0), 9.5 (13.5)
+            # layout minor/major; fixtures: 9.0 = the PTX's `.version 9.0` (nvcc 13.0), 9.5 (13.5)
             self.ptx_isa.add((major, minor))
             name = f"compute_{arch}{suffix}"
         elif kind == KIND_LTO:
@@ -231,7 +234,7 @@ class _Walker:
         self.resync_left = MAX_RESYNC_BYTES
 
     def walk_region(self, start: int, end: int, where: str) -> None:
-        """Every container in file bytes [start, end) (facts 6.4 step 2)."""
+        """Every container in file bytes [start, end)."""
         pos = start
         while (pos + CONTAINER_BYTES <= end and self.sink.entries < MAX_ENTRIES
                and self.sink.containers < MAX_CONTAINERS):
@@ -268,7 +271,7 @@ class _Walker:
 
     def _resync(self, pos: int, start: int, end: int) -> Tuple[Optional[int], bool]:
         """(next container magic at an 8-aligned offset of the section in [pos, end), whether
-        every byte read on the way was zero) (facts 6.4 step 2). Reads at most MAX_RESYNC_BYTES
+        every byte read on the way was zero). Reads at most MAX_RESYNC_BYTES
         per scan. Chunks start 8-aligned and are a multiple of 8 long, so an aligned 4-byte magic
         never straddles two chunks."""
         pos = start + _align8(pos - start)
@@ -294,7 +297,7 @@ class _Walker:
         return None, zeros
 
     def _walk_entries(self, pos: int, end: int, where: str) -> None:
-        # facts 6.3: next entry = entry + header_size + size; no terminator (facts 6.4, nvopen-tools)
+        # layout: next entry = entry + header_size + size; no terminator (nvopen-tools)
         while pos < end and self.sink.entries < MAX_ENTRIES:
             if pos + ENTRY_BASE > end:
                 self.sink.errors.append(f"{where}: {end - pos} stray bytes at the end of a container")
@@ -307,9 +310,9 @@ class _Walker:
             if ehsize < ENTRY_BASE or pos + ehsize > end:
                 self.sink.errors.append(f"{where}: entry header at {pos:#x} has an impossible size {ehsize}")
                 return
-            minor, major, arch = struct.unpack_from("<HHI", head, 0x18)  # facts 6.3 @0x18/0x1A/0x1C
-            (flags,) = struct.unpack_from("<Q", head, 0x28)  # facts 6.3 @0x28
-            compressed = bool(flags & FLAG_COMPRESSED)  # facts 6.3: 0x2000 LZ4, 0x8000 zstd
+            minor, major, arch = struct.unpack_from("<HHI", head, 0x18)  # layout @0x18/0x1A/0x1C
+            (flags,) = struct.unpack_from("<Q", head, 0x28)  # layout @0x28
+            compressed = bool(flags & FLAG_COMPRESSED)  # layout: 0x2000 LZ4, 0x8000 zstd
             if kind == KIND_CONCAT:
                 self._concat(pos, ehsize, compressed, where)
             else:
@@ -473,7 +476,7 @@ def _walk_section(r: _Reader, walker: _Walker, section, sink: _Collector) -> Non
 
 def _walk_wrappers(r: _Reader, elf, walker: _Walker, section,
                    covered: List[Tuple[int, int]], sink: _Collector, sections: List[str]) -> None:
-    """Containers that wrapper records point at outside the sections already read (facts 6.1).
+    """Containers that wrapper records point at outside the sections already read (section.h).
 
     __fatBinC_Wrapper_t = {int magic, int version, ptr data, ptr filename_or_fatbins}: 24 bytes
     in ELF64, 16 in ELF32. ``data`` is a virtual address, written in place by the linker in

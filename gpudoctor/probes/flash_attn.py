@@ -6,7 +6,7 @@ process or inside the interpreter named by ``--python`` (pystack's bootstrap loa
 already read (the search path, the first install of each distribution, editable mappings,
 the torch facts), so nothing is scanned twice.
 
-The variants (research/facts.md §3.1):
+The variants (https://github.com/Dao-AILab/flash-attention#installation-and-features):
 - FA2: distribution ``flash-attn``, package ``flash_attn``, top-level extension
   ``flash_attn_2_cuda.*.so``; wheel local version ``+cu12torch2.7cxx11abiTRUE`` (§3.5).
 - FA3: distribution ``flash_attn_3`` (from ``hopper/``; not on PyPI), module
@@ -54,11 +54,11 @@ _LOCAL_TAG = re.compile(r"^(?:cu(?P<cuda>\d+)|rocm(?P<rocm>\d+))torch(?P<torch>\
 # c10/ and c10/cuda/ directories build those two libraries); other c10 namespaces (the
 # dispatcher) live in libtorch_cpu.so, which is too large to read on every run.
 C10_PREFIXES = (
-    b"_ZN3c104cuda",  # c10::cuda (libc10_cuda.so), e.g. SetDevice — facts.md §7
+    b"_ZN3c104cuda",  # c10::cuda (libc10_cuda.so), e.g. SetDevice
     b"_ZN3c105Error",  # c10::Error
     b"_ZN3c106detail14torchCheckFail",
     b"_ZN3c106detail23torchInternalAssertFail",
-    b"_ZN3c104impl3cow",  # c10::impl::cow — facts.md §7 (_ZN3c104impl3cow11cow_deleterEPv)
+    b"_ZN3c104impl3cow",  # c10::impl::cow (_ZN3c104impl3cow11cow_deleterEPv)
     b"_ZN3c1010TensorImpl",
     b"_ZN3c107Warning",
 )

@@ -46,7 +46,7 @@ PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
 CMDLINE_LIMIT = 4096  # bytes of /proc/PID/cmdline read per process
 TITLE_LIMIT = 512  # characters of a serving process's command line kept in the snapshot
 
-# Process titles set with setproctitle: "{prefix}::{name}" (facts.md §4.10). vLLM's default
+# Process titles set with setproctitle: "{prefix}::{name}" (vLLM's process naming). vLLM's default
 # prefix is VLLM (VLLM_PROCESS_NAME_PREFIX changes it; forks use e.g. "vLLM-Omni::");
 # SGLang uses "sglang::scheduler_TP0", "sglang::detokenizer", ...
 TITLE = re.compile(r"^(?P<prefix>[A-Za-z][\w.-]{0,30})::(?P<name>.*)$", re.S)
@@ -65,7 +65,7 @@ COMM_LEN = 15  # /proc/PID/comm keeps 15 bytes of a title
 # Secrets on a command line: the value after these options is masked before it is stored.
 SECRET_OPTIONS = re.compile(r"(?i)^--?(api[-_]?key|hf[-_]?token|token|password|secret)(=.*)?$")
 
-# shm files left by the serving stack (facts.md §4.10): CPython SharedMemory (vLLM's
+# shm files left by the serving stack: CPython SharedMemory (vLLM's
 # broadcast ring buffer and object storage) is "psm_" + 8 hex digits; NCCL's SHM
 # transport is "nccl-XXXXXX" (older NCCL: "nccl-shm-recv-…").
 SHM_PATTERNS = (

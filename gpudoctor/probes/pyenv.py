@@ -10,7 +10,7 @@ What it reads, never importing any of it:
 - ``torch/version.py`` text (``__version__``, ``cuda``, ``hip``, ``git_version``); torch's C++
   ABI from ``TorchConfig.cmake`` (``-D_GLIBCXX_USE_CXX11_ABI=N``, written by torch ≤ 2.6)
   or else from the symbol names of ``torch/lib/libc10.so`` (``__cxx11`` in the mangled
-  names means the new ABI); research/facts.md §5.5.
+  names means the new ABI).
 - every ``*.dist-info`` / ``*.egg-info`` on the path (METADATA headers only: the body is the
   long description); for the inference stack also ``Requires-Dist`` and, when asked, RECORD
   against the disk (stat only, ``.py`` and shared objects: what an import needs).

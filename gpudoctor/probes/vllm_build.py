@@ -7,7 +7,7 @@ the interpreter named by ``--python`` (pystack's bootstrap loads it as
 Facts:
 - ``vllm.build``: version and its parts (setuptools-scm ``0.23.1rc1.dev901+g2f3f441f8``:
   base, dev distance, commit, ``.dYYYYMMDD`` = built from a dirty tree; ``+precompiled``;
-  ``+cu130``; research/facts.md §4.1), the origin from PEP 610 ``direct_url.json`` (index /
+  ``+cu130``), the origin from PEP 610 ``direct_url.json`` (index /
   git with commit and requested revision / editable / local directory / archive), the
   installer, and for an editable install the checkout read from its ``.git`` as files:
   branch or detached HEAD, commit, remote and upstream, worktrees (``.git`` as a file), and
@@ -60,7 +60,7 @@ _SCM = re.compile(r"^(?P<base>\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?(?:\.post\d+)?)(?:\
 
 
 def parse_version(version: Optional[str]) -> Dict[str, Any]:
-    """The parts of a vLLM version (facts.md §4.1)."""
+    """The parts of a vLLM version (setuptools-scm: base, dev distance, commit, date, local tags)."""
     text = str(version or "")
     out: Dict[str, Any] = {"raw": text}
     public, _, local = text.partition("+")

@@ -2,7 +2,7 @@
 
 Two naming schemes carry the same four counters:
 
-- vLLM V1 (``vllm/v1/spec_decode/metrics.py``, research/facts.md §4.5):
+- vLLM V1 (``vllm/v1/spec_decode/metrics.py``; https://docs.vllm.ai/en/latest/usage/metrics/):
   ``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_draft_tokens_total``,
   ``vllm:spec_decode_num_accepted_tokens_total`` and
   ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``, labelled by
@@ -11,7 +11,8 @@ Two naming schemes carry the same four counters:
   (``llamacpp:spec_decode_num_drafts_total`` … ``{position="i"}``), always present, zero
   when no draft model is loaded.
 
-Derived numbers follow vLLM's definitions (and ``vllm bench serve``, anchors.md §1.17):
+Derived numbers follow vLLM's definitions (and ``vllm bench serve``,
+https://docs.vllm.ai/en/latest/cli/bench/serve/):
 acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted / drafts;
 per-position acceptance = accepted_per_pos[i] / drafts.
 """
@@ -30,7 +31,7 @@ _SPEC = re.compile(
     r"^(?:(?P<ns>[a-zA-Z_][a-zA-Z0-9_]*):)?spec_decode_num_"
     r"(?P<what>drafts|draft_tokens|accepted_tokens_per_pos|accepted_tokens)(?:_total)?$"
 )
-# vLLM's V0 engine (≤ 0.8) exposed gauges instead; gone in V1 (facts.md §4.5).
+# vLLM's V0 engine (≤ 0.8) exposed gauges instead; gone in V1 (https://docs.vllm.ai/en/latest/design/metrics/).
 LEGACY_GAUGES = ("vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_efficiency")
 SCHEME_NAMES = {"vllm": "vllm", "llamacpp": "llama.cpp"}
 COUNTERS = ("drafts", "draft_tokens", "accepted_tokens")

@@ -4,20 +4,20 @@ Steps (each one fact under ``server.``; rules/server.py judges them):
 
 1. ``server.ready``  poll ``/health`` then ``/v1/models`` until ready or the deadline; a
    server that answers 503 ("Loading model") or refuses connections while it starts is
-   "not ready yet" (research/facts.md §4.9); ``server.models`` the served models and the
+   "not ready yet"; ``server.models`` the served models and the
    one chosen.
 2. ``server.known_answer``  a question with one exact answer at temperature 0.
 3. ``server.chat``  the origin-story request: a short Python function at temperature 0.6,
    top_p 0.95: content, the reasoning field the server uses (``reasoning`` or
-   ``reasoning_content``, facts.md §4.6), finish_reason, usage.
+   ``reasoning_content``, vLLM PR #27752 / #33402), finish_reason, usage.
 4. ``server.stream``  SSE well-formed and ending in ``[DONE]``; TTFT, inter-token latency
    p50/p95, tokens/s, usage from ``stream_options.include_usage``; compared with the
    server's own ``timings`` when it sends them (llama.cpp).
 5. ``server.concurrency``  N parallel streams; aggregate tokens/s.
 6. ``server.tool_call``  one function tool, ``tool_choice: auto`` (the path that goes
-   through vLLM's ``--tool-call-parser``, facts.md §4.7).
+   through vLLM's ``--tool-call-parser``, https://docs.vllm.ai/en/latest/features/tool_calling/).
 7. ``server.spec_decode``  Prometheus ``/metrics`` before and after the requests:
-   speculative-decoding counter deltas (facts.md §4.5), plus per-response
+   speculative-decoding counter deltas (smoke/metrics.py), plus per-response
    ``timings.draft_n`` / ``draft_n_accepted`` (llama.cpp) and vLLM's per-request
    ``metrics.speculative_decoding`` where present.
 

@@ -76,7 +76,7 @@ def _ready_once(run_: Run) -> Tuple[str, str, Any]:
     if response.status == 503:
         first = error_message(response)
         # llama.cpp says "Loading model"; vLLM's /health answers 503 with no such word once its
-        # engine core is dead (facts.md §4.9), which waiting will not fix.
+        # engine core is dead (vLLM PR #24897), which waiting will not fix.
         why = "still loading" if re.search(r"load", first, re.I) else "loading, or a dead engine"
         detail = "503 " + (first or "Service Unavailable") + f" ({why})"
         return "waiting", detail, run_.failure("loading", f"/health: {detail}", 503)

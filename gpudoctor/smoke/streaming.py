@@ -165,7 +165,7 @@ def _server_timings(timings: Optional[Dict[str, Any]], server_metrics: Optional[
         if isinstance(n, (int, float)) and isinstance(span_ms, (int, float)) and n > 1 and span_ms > 0:
             out["decode_tokens_per_s"] = round((n - 1) / (span_ms / 1000.0), 2)
         out["ttft_ms"] = out["prompt_ms"]
-    elif isinstance(server_metrics, dict):  # vLLM --enable-per-request-metrics (anchors.md §1.17)
+    elif isinstance(server_metrics, dict):  # vLLM --enable-per-request-metrics
         return _vllm_timings(server_metrics, m)
     if isinstance(out.get("ttft_ms"), (int, float)) and out["ttft_ms"] > 0 and isinstance(m.get("ttft_ms"), (int, float)):
         out["ttft_diff_pct"] = round((m["ttft_ms"] - out["ttft_ms"]) / out["ttft_ms"] * 100, 2)

@@ -8,8 +8,8 @@ from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, ru
 from .common import _applies, _args, _cc_int, _command_with, _config, _gpu_cc, _gpu_name, _group, _int, _vllm_version
 from .memory import _dtype
 
-# Attention backends and the compute capabilities they run on (facts.md §2.2, §2.3, §4.8;
-# vLLM docs/design/attention_backends.md): (lowest, highest) as major*10+minor, None = open.
+# Attention backends and the compute capabilities they run on (vLLM docs,
+# https://docs.vllm.ai/en/latest/design/attention_backends.html): (lowest, highest) as major*10+minor, None = open.
 BACKEND_CC = {
     "FLASH_ATTN": (80, None),  # vendored FA2 needs >= 8.0 ("FA2 is only supported on devices with compute capability >= 8")
     "FLASH_ATTN_MLA": (90, 99),
@@ -22,7 +22,7 @@ BACKEND_CC = {
 FA_VERSION_CC = {2: (80, None), 3: (90, 99), 4: (90, 119)}  # vllm_flash_attn/flash_attn_interface.py
 
 # When the installed vLLM's source is not available: get_min_capability() of the common
-# quantization configs in one stored vLLM version (facts.md §2.2; vllm/model_executor/layers/
+# quantization configs in one stored vLLM version (vllm/model_executor/layers/
 # quantization/*.py, 0.19.0 wheel).
 QUANT_MIN_CC_FALLBACK = {"awq": 75, "awq_marlin": 75, "gptq": 60, "gptq_marlin": 75, "fp8": 75, "compressed-tensors": 70,
                          "bitsandbytes": 70, "gguf": 60, "mxfp4": 80, "modelopt": 89, "modelopt_fp4": 75, "fbgemm_fp8": 80,
