@@ -138,7 +138,8 @@ class Snapshot:
             raise SnapshotError("no facts object")
         if len(facts) > MAX_FACTS:
             raise SnapshotError(f"{len(facts)} facts, more than the {MAX_FACTS} a machine can have")
-        meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+        raw_meta = data.get("meta")
+        meta: Dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         parsed = {}
         for path, fact in facts.items():
             try:

@@ -10,7 +10,6 @@ https://github.com/Dao-AILab/flash-attention/blob/main/setup.py).
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -413,7 +412,7 @@ def flash_attn_variants_clobber(snap):
             f"{labels[0]} and {labels[1]} both install {clash.get('count')} files into {dirs} (e.g. {', '.join((clash.get('examples') or [])[:2])}): "
             f"on disk now {', '.join(state) or 'unknown'}"
             + (f" — {winner[0]} was installed last" if len(winner) == 1 else "")
-            + f"; uninstalling either one deletes files the other lists, and `import flash_attn.cute` may run the wrong copy",
+            + "; uninstalling either one deletes files the other lists, and `import flash_attn.cute` may run the wrong copy",
             ["flash_attn.clashes", "flash_attn.variants"],
             Fix(("Remove both and reinstall cleanly. " + summary).strip(), commands, "disruptive"),
             subject=f"{first} + {second}"))

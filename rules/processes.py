@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor.actions import RemoveFile, StopProcess
-from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unknown, rule
+from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, Unknown, rule
 from gpudoctor.snapshot import gib
 from gpudoctor.visible import visible_gpus
 
@@ -627,7 +627,7 @@ def zombie_serving_process(snap):
         actions: List[StopProcess] = []
         if parent is not None and parent.pid in v.stale:
             actions = _stop_actions(v, [parent])
-            message += f"; the parent is stale (see GD601): stopping it lets init reap them"
+            message += "; the parent is stale (see GD601): stopping it lets init reap them"
         commands = [f"ps -o pid,ppid,stat,etime,args -p {','.join(str(z.pid) for z in zombies)},{ppid}"]
         if parent is not None and parent.pid > 1:
             commands.append(f"kill -TERM {parent.pid}  # the parent; init then reaps the zombies")

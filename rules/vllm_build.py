@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
 from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 

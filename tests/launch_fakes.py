@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import struct
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple

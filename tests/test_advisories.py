@@ -20,9 +20,9 @@ import pytest
 from gpudoctor.probes import vllm_build as probe
 from gpudoctor.snapshot import Fact, Snapshot
 from gpudoctor.knowledge import advisories
-from gpudoctor.knowledge.advisories import Advisory, Marker, advisories_for, evaluate, probe_options
+from gpudoctor.knowledge.advisories import Advisory, advisories_for, probe_options
 from helpers import outcome
-from flash_attn_trees import (DFLASH_AFTER_46104, DFLASH_BEFORE_46104, RUNNER_AFTER_40727, RUNNER_BEFORE_40727, collect, snapshot,
+from flash_attn_trees import (DFLASH_AFTER_46104, DFLASH_BEFORE_46104, RUNNER_AFTER_40727, RUNNER_BEFORE_40727, snapshot,
                               torch_site, vllm)
 from test_pystack_env import SitePackages
 from test_vllm_build import git, install_editable, make_checkout

@@ -14,7 +14,6 @@ import time
 import pytest
 
 from gpudoctor import actions, fix
-from gpudoctor.probes import processes as probe
 from gpudoctor.rule import Fix
 from test_processes_helpers import (  # noqa: F401  (spawner is a fixture)
     NOBODY,

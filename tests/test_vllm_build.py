@@ -17,7 +17,6 @@ import pytest
 
 from gpudoctor.probes import vllm_build as probe
 from gpudoctor.render import headlines
-from gpudoctor.snapshot import Snapshot
 from helpers import findings, outcome
 from flash_attn_trees import collect, snapshot, torch_site, vllm
 from test_pystack_env import SitePackages, make_venv, venv_site
