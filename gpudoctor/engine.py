@@ -155,9 +155,10 @@ def _culprit(snapshot: Snapshot, meta: RuleMeta, read: List[str]) -> Optional[st
         if not usable:
             return None
         masks.append(usable[0])
-        read = _attempt(snapshot, meta, masks)
-        if read is None:
+        again = _attempt(snapshot, meta, masks)
+        if again is None:
             break
+        read = again
     else:
         return None
     for path in list(masks[:-1]):  # keep only the masks the rule needs to finish

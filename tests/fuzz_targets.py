@@ -240,7 +240,6 @@ def _int(data: bytes):
 def targets() -> List[Target]:
     from gpudoctor.bounded import InputError
     from gpudoctor.gpu_table import SpecError
-    from gpudoctor.launch.parser import CommandFileError
     from gpudoctor.smoke.client import URLError
     from gpudoctor.snapshot import SnapshotError
 

@@ -24,7 +24,6 @@ resolved under ``ctx.root``. Programs run through gpudoctor.runner (argv, timeou
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import shlex

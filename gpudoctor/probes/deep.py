@@ -19,7 +19,6 @@ Without ``--deep`` both facts say "not run"; with it and nothing to load, "absen
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from typing import Any, Dict, List
