@@ -31,7 +31,8 @@ late 2026; https://github.com/vllm-project/vllm):
   registry.py``) or ``_Backend`` (older ``vllm/platforms/interface.py`` /
   ``vllm/attention/backends/registry.py``).
 - **Markers**: whether ``vllm/envs.py`` still reads ``VLLM_ATTENTION_BACKEND``
-  (https://docs.vllm.ai/en/latest/configuration/env_vars.html). Known-fix markers (DFlash's layer-id offset, PR #40727 …) are gpudoctor/knowledge/advisories.py's;
+  (https://docs.vllm.ai/en/latest/configuration/env_vars.html). Known-fix markers (DFlash's layer-id offset,
+  PR #40727 …) are gpudoctor/knowledge/advisories.py's;
   probe.py runs them on the command's vLLM through probes/vllm_build.py.
 
 Every extractor is a regular expression over the text, tolerant of formatting and of syntax
