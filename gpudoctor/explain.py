@@ -440,12 +440,16 @@ def _match_wrapped(sig: Signature, lines: List[str], text: str) -> Optional[Matc
     for glue in (" ", ""):
         parts, offsets, position = [], [], 0
         for line in lines:
+            line = line[:MAX_LINE]  # as in match_text: a 70,000-character line took a pattern 36 s (fuzzing, issue 14)
             piece = line.strip() if glue == " " else line.rstrip("\n")
             offsets.append(position)
             parts.append(piece)
             position += len(piece) + len(glue)
         joined = glue.join(parts)
-        for pattern in sig.patterns:
+        lowered = joined.lower()
+        for pattern, literals in zip(sig.patterns, sig.needles or [None] * len(sig.patterns)):
+            if literals is not None and not any(literal in lowered for literal in literals):
+                continue
             m = pattern.search(joined)
             if m is None:
                 continue

@@ -12,7 +12,7 @@ BUILD = (
         "title": "flash-attn's compiled extension does not match the installed torch (undefined symbol)",
         "patterns": [
             r"flash_attn[^\s:'\"]*\.(?:so|pyd)\b[^\n]*?undefined symbol:?\s*(?P<symbol>[\w.@$]+)",
-            r"undefined symbol:?\s*(?P<symbol>_Z[\w.@$]+)[^\n]*flash_attn",
+            r"undefined symbol:?\s*(?P<symbol>_Z[\w.@$]+)(?![\w.@$])[^\n]*flash_attn",
         ],
         "exclude": [r"vllm_flash_attn", r"_vllm_fa\d_C"],
         "cause": (
