@@ -19,6 +19,9 @@ from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unkno
 # collapse acceptance to ~0 (vLLM PR #40727), while working drafters accept tens of percent.
 NEAR_ZERO_ACCEPTANCE = 0.05
 MIN_DRAFT_TOKENS = 16
+# With --expect-spec, a mean acceptance length below this (fewer than one accepted token per
+# five drafts) means speculation barely pays for itself: working drafters reach 2-4 (facts.md §4.5).
+LOW_MEAN_ACCEPTANCE_LENGTH = 1.2
 
 
 def _not_checked(snap) -> Optional[NotApplicable]:
@@ -577,15 +580,40 @@ def spec_decode_not_accepted(snap):
             return Fail("speculative decoding was expected but no tokens were drafted during the check", evidence, config_fix)
         return NotApplicable("no drafts during the check: speculative decoding is off (pass --expect-spec if it should be on)")
     rate = value.get("acceptance_rate")
+    length = value.get("mean_acceptance_length")
+    evidence = evidence + [("server.spec_decode.mean_acceptance_length", length),
+                           ("server.spec_decode.per_position_acceptance", value.get("per_position_acceptance"))]
     if isinstance(rate, (int, float)) and rate < NEAR_ZERO_ACCEPTANCE and drafted >= MIN_DRAFT_TOKENS:
         return Fail(
             f"drafts happen but almost none are accepted: {rate:.1%} of {drafted} draft tokens "
-            f"(mean acceptance length {value.get('mean_acceptance_length')}): the drafter is loaded but useless",
-            evidence + [("server.spec_decode.per_position_acceptance", value.get("per_position_acceptance"))],
-            Fix("Check the drafter's target layer ids and weights against this target model.",
-                ["python -c \"import json,sys; c=json.load(open(sys.argv[1])); print(c.get('dflash_config', {}).get('target_layer_ids'))\" DRAFTER/config.json"]),
-        )
+            f"(mean acceptance length {length}): the drafter is loaded but useless", evidence, _spec_causes(snap))
+    if expected and isinstance(length, (int, float)) and length < LOW_MEAN_ACCEPTANCE_LENGTH and drafted >= MIN_DRAFT_TOKENS:
+        return Fail(f"mean acceptance length {length:.2f} is barely above 1 ({rate:.1%} of {drafted} draft tokens accepted): "
+                    "speculation costs about as much as it saves", evidence, _spec_causes(snap), severity=WARNING)
     return None
+
+
+def _spec_causes(snap) -> Fix:
+    """The known causes of rejected drafts, with the advisories for the method the server runs."""
+    from gpudoctor.knowledge.advisories import advisories_for
+
+    launch = snap.value("server.launch") if isinstance(snap.value("server.launch"), dict) else {}
+    raw = (launch.get("flags") or {}).get("speculative_config")
+    try:
+        config = json.loads(raw) if isinstance(raw, str) else {}
+    except ValueError:
+        config = {}
+    method = str(config.get("method") or "") if isinstance(config, dict) else ""
+    drafter = config.get("model") if isinstance(config, dict) and config.get("model") else "DRAFTER"
+    causes = ["the drafter was trained for another target model or revision (check its config's base model)",
+              "a DFlash/EAGLE drafter whose target_layer_ids do not match the target's layers (they load without an error)"]
+    for result in advisories_for(method, snap) if method else []:
+        if result.status != "fixed":
+            adv = result.advisory
+            causes.append(f"{adv.title} (vLLM PR #{adv.pr}; {result.status}: {result.reason})")
+    summary = "Known causes" + (f" for `{method}`" if method else "") + ": " + "; ".join(causes) + "."
+    return Fix(summary, [f"python -c \"import json,sys; c=json.load(open(sys.argv[1])); "
+                         f"print(c.get('dflash_config', {{}}).get('target_layer_ids'), c.get('architectures'))\" {shlex.quote(str(drafter))}/config.json"])
 
 
 # --- GD812 -------------------------------------------------------------------------------
@@ -626,6 +654,48 @@ def streamed_tool_call_broken(snap):
         return Fail(f"malformed streamed tool call: {value.get('reason')}", evidence, fix)
     if result == "unparsed_markup":
         return Fail("the streamed tool call stayed as text in content deltas (wrong or missing --tool-call-parser)", evidence, fix)
+    return None
+
+
+# --- GD813 -------------------------------------------------------------------------------
+@rule("GD813", "long-context-fails", severity=ERROR, area="server")
+def long_context_fails(snap):
+    """A request near the served `max_model_len` (`gpudoctor smoke --long`) fails, times out, or loses the start of the prompt.
+
+    ## Why
+    Short requests prove little about the KV cache: a server can answer "hi" and still fail
+    the first long document (too few KV blocks for `--max-model-len`, a prefill that runs
+    out of memory or time, a proxy's body-size limit, a RoPE/YaRN setting that garbles the
+    far context). The check fills about 90 % of `max_model_len` with filler lines, puts a
+    code word in the first one and asks for it at the end.
+
+    ## Fix
+    A context-length error: lower `--max-model-len` to what fits, or raise
+    `--gpu-memory-utilization`. A timeout: give `--long-timeout` more time, or check
+    prefill throughput (`--max-num-batched-tokens`, chunked prefill). The code word lost:
+    check the model's RoPE scaling (`--hf-overrides` / `rope_scaling`) for this length.
+
+    ## References
+    - vLLM docs, Engine arguments: `--max-model-len`, `--gpu-memory-utilization`.
+    """
+    if "server.url" not in snap.facts or "server.long_context" not in snap.facts:
+        return NotApplicable("not run (pass --long)")
+    fact, skip = _step(snap, "server.long_context")
+    if skip:
+        return skip
+    if fact.status == "not_supported":
+        return NotApplicable(fact.detail)
+    value = fact.value if isinstance(fact.value, dict) else {}
+    evidence = [("server.long_context.max_model_len", value.get("max_model_len")),
+                ("server.long_context.prompt_tokens_counted", value.get("prompt_tokens_counted")),
+                ("server.long_context.deadline_s", value.get("deadline_s"))]
+    if not fact.ok:
+        return request_failure(snap, "server.long_context", fact, "long-context request")
+    if not value.get("recalled"):
+        return Fail(f"with {(value.get('usage') or {}).get('prompt_tokens')} prompt tokens the answer lost the code word "
+                    f"from the first line: {str(value.get('content'))[:80]!r}", evidence,
+                    Fix("Check the model's RoPE scaling for this context length; compare with a shorter --max-model-len.",
+                        [_smoke(snap, "--long")]), severity=WARNING)
     return None
 
 

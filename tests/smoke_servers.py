@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import select
 import socket
@@ -390,7 +391,11 @@ def _handler(server: WireServer):
         def _complete(self, body: Dict[str, Any]) -> None:
             pieces = self._text(body)
             message: Dict[str, Any] = {"role": "assistant", "content": "".join(pieces)}
-            if "prime" in json.dumps(body.get("messages")) and server.text_mode in ("normal", "off_topic", "think_in_content"):
+            said = json.dumps(body.get("messages"))
+            code_word = re.search(r"code word: ([A-Z0-9-]+)", said)
+            if code_word and "code word given" in said:  # the --long request
+                message["content"] = "The word was lost." if server.text_mode == "forgetful" else code_word.group(1)
+            elif "prime" in said and server.text_mode in ("normal", "off_topic", "think_in_content"):
                 message["content"] = {"normal": PRIME_ANSWER, "off_topic": "The capital of France is Paris.",
                                       "think_in_content": "<think>\nPrimes have two divisors.\n</think>\n\n" + PRIME_ANSWER}[server.text_mode]
             finish = "stop"

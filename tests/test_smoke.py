@@ -548,4 +548,4 @@ def test_normalize_url_refuses_bad_input():
 def test_every_server_rule_is_not_applicable_without_a_smoke_run():
     result = run_rules(Snapshot(), SERVER_RULES)
     assert {o.status for o in result.outcomes} == {"not_applicable"}
-    assert {m.id for m in SERVER_RULES} == {f"GD8{i:02d}" for i in range(1, 13)}
+    assert {m.id for m in SERVER_RULES} == {f"GD8{i:02d}" for i in range(1, 14)}

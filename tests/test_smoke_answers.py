@@ -131,3 +131,22 @@ def test_broken_streamed_tool_call_is_gd812(wire, mode, words):
     code, doc = smoke(wire.url)
     (found,) = findings(doc, "GD812")
     assert words in found["message"] and code == 1
+
+
+def test_rejected_dflash_drafts_name_the_dflash_advisories(wire):
+    from gpudoctor import registry
+    from gpudoctor.engine import run_rules
+    from gpudoctor.snapshot import Fact, Snapshot
+
+    wire.spec = (4, [0, 0, 0, 0])  # every draft rejected
+    out = io.StringIO()
+    main(["smoke", "--url", wire.url, "--format", "json", "--timeout", "60", "--expect-spec"], environ={}, stdout=out,
+         stderr=io.StringIO())
+    snap = Snapshot.from_json(json.loads(out.getvalue())["snapshot"])
+    snap.facts["server.launch"] = Fact({"pid": 1, "flags": {"speculative_config": json.dumps(
+        {"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash", "num_speculative_tokens": 4})}}, "ok", "smoke")
+    rules = [m for m in registry.load_rules() if m.id == "GD808"]
+    (outcome,) = run_rules(snap, rules).outcomes
+    (found,) = outcome.findings
+    assert "for `dflash`" in found.fix.summary and "PR #40727" in found.fix.summary
+    assert "z-lab/Qwen3-8B-DFlash/config.json" in found.fix.commands[0]

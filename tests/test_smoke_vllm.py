@@ -143,3 +143,34 @@ def test_wrong_reasoning_parser_is_named(tmp_path):
     found = finding(doc, "GD810")
     assert "granite" in found["message"] and "does not fit" in found["message"]
     assert found["fix"]["commands"][0].endswith("--reasoning-parser qwen3")
+
+
+def test_expect_spec_with_rejected_drafts_points_at_the_known_causes():
+    peer = VllmPeer("--reasoning-parser", "qwen3", "--speculative-config",
+                    '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}',
+                    scenario={"acceptance": "low"}).start()
+    try:
+        before_metrics, before = spec_counters(peer.url), peer.counted()
+        code, doc = smoke(peer.url, "--expect-spec")
+        after_metrics, after = spec_counters(peer.url), peer.counted()
+    finally:
+        peer.stop()
+    spec = fact(doc, "server.spec_decode")
+    # exact deltas still: what the engine core drafted and accepted, as /metrics counted it
+    assert spec["accepted_tokens"] == after["accepted_tokens"] - before["accepted_tokens"] \
+        == after_metrics["num_accepted_tokens"] - before_metrics["num_accepted_tokens"]
+    assert spec["draft_tokens"] == after["draft_tokens"] - before["draft_tokens"] > 0
+    assert spec["mean_acceptance_length"] < 1.1
+    found = finding(doc, "GD808")
+    assert "almost none are accepted" in found["message"] and code == 1
+    assert "target_layer_ids" in found["fix"]["summary"] and "another target model" in found["fix"]["summary"]
+
+
+def test_long_request_near_max_model_len(healthy):
+    code, doc = smoke(healthy.url, "--long", "--long-timeout", "120")
+    long = fact(doc, "server.long_context")
+    # counted by vLLM's own /tokenize, sent through its length validation, recalled from line 1
+    assert long["counted_by"] == "tokenize" and long["max_model_len"] == 4096
+    assert long["recalled"] and 0.8 < long["fill"] < 0.95, long
+    assert outcome(doc, "GD813")["status"] == "pass" and code == 0
+    assert any(row["check"] == "long context" for row in doc["smoke"]["verdicts"])

@@ -31,6 +31,10 @@ def configure(parser) -> None:
                         help="speculative decoding is configured: no drafts at all is then an error")
     parser.add_argument("--max-tokens", type=int, default=128, metavar="N",
                         help="max_tokens of the known-answer, chat and tool requests (default 128; reasoning models need more)")
+    parser.add_argument("--long", action="store_true",
+                        help="also send one request near the served max_model_len (proves the KV cache holds a long context)")
+    parser.add_argument("--long-timeout", type=float, default=300.0, metavar="S",
+                        help="deadline of the --long request, inside --timeout (default 300 s)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--fail-on", choices=("error", "warning"), default="error",
                         help="lowest severity that makes the exit code 1 (default: error)")
@@ -67,7 +71,8 @@ def options_from(args, io: IO, url: str, wait: bool = True, timeout=None):
         raise UsageError("--max-tokens must be positive")
     return Options(url=url, model=getattr(args, "model", None), api_key=api_key, api_key_env=env_name,
                    concurrency=concurrency, timeout=timeout, expect_spec=getattr(args, "expect_spec", False),
-                   wait=wait, max_tokens=max_tokens)
+                   wait=wait, max_tokens=max_tokens, long=bool(getattr(args, "long", False)),
+                   long_timeout=float(getattr(args, "long_timeout", 300.0) or 300.0))
 
 
 class ProgressLine:

@@ -32,6 +32,7 @@ from typing import Dict, Optional
 
 from gpudoctor.smoke.answers import chat, known_answer, tool_call
 from gpudoctor.smoke.client import TIMEOUT as T_TIMEOUT
+from gpudoctor.smoke.longctx import long_context
 from gpudoctor.smoke.ready import SERVER_PROCESS, choose_model, discover_url, port_owners, wait_ready
 from gpudoctor.smoke.serverinfo import launch_fact, parsers_fact
 from gpudoctor.smoke.session import SOURCE, Options, Progress, Run, StepError
@@ -94,6 +95,8 @@ def _run_steps(opts: Options, progress: Optional[Progress], facts: Dict[str, Fac
         ("server.tool_call", "tool call", lambda: tool_call(run_, model)),
         ("server.tool_stream", "streamed tool call", lambda: tool_stream(run_, model)),
     )
+    if opts.long:
+        steps += (("server.long_context", "long context", lambda: long_context(run_, model, models_fact.value.get("max_model_len"))),)
     for path, label, step in steps:
         run_.progress("step", f"smoke: {label} …")
         had = run_.remaining()

@@ -44,6 +44,8 @@ class Options:
     max_tokens: int = 128
     stream_tokens: int = 64
     concurrency_tokens: int = 32
+    long: bool = False  # --long: one request near max_model_len
+    long_timeout: float = 300.0
 
 
 class StepError(Exception):

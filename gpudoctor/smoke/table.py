@@ -19,7 +19,9 @@ STEPS: Tuple[Tuple[str, str, str], ...] = (
     ("tool call", "server.tool_call", "GD807"),
     ("streamed tool call", "server.tool_stream", "GD812"),
     ("speculative decoding", "server.spec_decode", "GD808"),
+    ("long context", "server.long_context", "GD813"),  # --long only
 )
+OPTIONAL = {"server.long_context"}
 VERDICTS = ("pass", "FAIL", "warn", "info", "skip", "unknown")
 GLYPHS = {"pass": ("✓", "+"), "FAIL": ("✗", "x"), "warn": ("!", "!"), "info": ("i", "i"), "skip": ("-", "-"), "unknown": ("?", "?")}
 STYLES = {"pass": "green", "FAIL": "bold red", "warn": "yellow", "info": "cyan", "skip": "dim", "unknown": "magenta"}
@@ -29,6 +31,8 @@ def rows(result: Result) -> List[Dict[str, Any]]:
     outcomes = {o.rule.id: o for o in result.outcomes}
     out = []
     for check, path, rule_id in STEPS:
+        if path in OPTIONAL and path not in result.snapshot.facts:
+            continue
         outcome = outcomes.get(rule_id)
         fact = result.snapshot.get(path)
         verdict, note = _verdict(outcome)
@@ -179,6 +183,9 @@ SUMMARIES = {
     "server.tool_call": _tool,
     "server.tool_stream": _tool_stream,
     "server.spec_decode": _spec,
+    "server.long_context": lambda v: (f"{(v.get('usage') or {}).get('prompt_tokens')} prompt tokens of max_model_len "
+                                      f"{v.get('max_model_len')} ({v.get('fill')}), code word "
+                                      f"{'recalled' if v.get('recalled') else 'lost'}, {v.get('elapsed_s')} s"),
 }
 
 

@@ -31,6 +31,9 @@ def numbers(start: int, stop: int) -> str:
 
 def answer(prompt: str, tools: bool, scenario: dict) -> str:
     """The scripted answer for the decoded prompt text."""
+    word = re.search(r"code word: ([A-Z0-9-]+)", prompt)
+    if word and "code word given" in prompt:  # gpudoctor smoke --long: the word from the first line
+        return "<think>\nThe first line gave it.\n</think>\n\n" + word.group(1)
     if tools and "weather" in prompt.lower():
         return WEATHER
     if "number is prime" in prompt or "is prime" in prompt:
