@@ -20,7 +20,7 @@ from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unkno
 NEAR_ZERO_ACCEPTANCE = 0.05
 MIN_DRAFT_TOKENS = 16
 # With --expect-spec, a mean acceptance length below this (fewer than one accepted token per
-# five drafts) means speculation barely pays for itself: working drafters reach 2-4 (facts.md §4.5).
+# five drafts) means speculation barely pays for itself: working drafters reach 2-4 (vLLM docs, Speculative Decoding).
 LOW_MEAN_ACCEPTANCE_LENGTH = 1.2
 
 
@@ -676,7 +676,7 @@ def long_context_fails(snap):
     check the model's RoPE scaling (`--hf-overrides` / `rope_scaling`) for this length.
 
     ## References
-    - vLLM docs, Engine arguments: `--max-model-len`, `--gpu-memory-utilization`.
+    - vLLM docs, Engine arguments (`--max-model-len`, `--gpu-memory-utilization`): https://docs.vllm.ai/en/latest/configuration/engine_args.html
     """
     if "server.url" not in snap.facts or "server.long_context" not in snap.facts:
         return NotApplicable("not run (pass --long)")
