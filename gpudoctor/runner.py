@@ -9,6 +9,7 @@ bytes of memory, never gigabytes.
 
 from __future__ import annotations
 
+import atexit
 import os
 import selectors
 import shutil
@@ -17,7 +18,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence, Set
 
 MAX_OUTPUT = 4 << 20  # bytes of stdout kept by default: nvidia-smi -q of 8 GPUs is ~100 KiB
 MAX_STDERR = 256 << 10  # stderr is only ever shown as a reason
@@ -60,6 +61,8 @@ def run(argv: Sequence[str], timeout: float = 5.0, env: Optional[Mapping[str, st
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env, start_new_session=True)
     except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte in argv or env
         return Completed("error", detail=f"cannot run {argv[0]}: {getattr(exc, 'strerror', None) or exc}")
+    with _LOCK:
+        _ACTIVE.add(proc.pid)
     if stdin is not None:
         threading.Thread(target=_feed, args=(proc.stdin, stdin), name="runner-stdin", daemon=True).start()
     try:
@@ -118,6 +121,25 @@ def _collect(proc: subprocess.Popen, until: float, max_output: int):
         selector.close()
 
 
+# Process groups still running. A probe runs in a daemon thread: when the doctor answers at its
+# deadline and exits, that thread may not have reached _finish yet, and the group (a hung
+# nvidia-smi and its grandchildren) would outlive us. atexit kills what is left.
+_ACTIVE: Set[int] = set()
+_LOCK = threading.Lock()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    with _LOCK:
+        groups = list(_ACTIVE)
+        _ACTIVE.clear()
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _feed(pipe, data: bytes) -> None:
     try:
         pipe.write(data)
@@ -138,6 +160,8 @@ def _finish(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    with _LOCK:
+        _ACTIVE.discard(proc.pid)
     for stream in (proc.stdout, proc.stderr):
         try:
             stream.close()

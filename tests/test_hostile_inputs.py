@@ -368,3 +368,15 @@ def test_smoke_url_with_a_broken_ipv6_host_is_a_usage_error():
     for argv in (["smoke", "--url", "http://[::1", "--timeout", "2"], ["report", "--url", "http://[::1", "--timeout", "2"]):
         proc = gd(*argv)
         assert proc.returncode == 2 and "Invalid IPv6 URL" in proc.stderr, proc.stderr
+
+
+def test_a_hung_nvidia_smi_leaves_nothing_behind_when_the_doctor_exits(tmp_path):
+    """The probe thread may still be inside runner.run when check answers at the deadline and exits."""
+    pidfile = tmp_path / "pids"
+    bindir = tmp_path / "bin"
+    script(bindir, "nvidia-smi", f"sleep 300 & echo $! >> {pidfile}\necho $$ >> {pidfile}\nsleep 300")
+    proc = gd("check", "--timeout", "1", env={"PATH": f"{bindir}:{os.environ['PATH']}"})
+    assert proc.returncode in (0, 1)
+    pids = [int(p) for p in pidfile.read_text().split()]
+    time.sleep(0.2)
+    assert pids and not [p for p in pids if alive(p)]
