@@ -145,6 +145,13 @@ def _describe_gate(gate: Dict[str, Any]) -> str:
     return f"{what} ({gate.get('check')}({arch}) at vllm/{gate.get('where')})"
 
 
+def _cuda13_drops(binary: Dict[str, Any], cc: str) -> bool:
+    """A CUDA 13 library on a GPU CUDA 13 removed (Maxwell, Pascal, Volta: CUDA 13.0 release notes,
+    https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html)."""
+    cuda13 = "/cu13/" in str(binary.get("path")) or str(binary.get("dist") or "").endswith("-cu13")
+    return cuda13 and tuple(version_tuple(cc)[:2]) < (7, 5)
+
+
 def _import_site(ext: Dict[str, Any]) -> str:
     sites = [i for i in ext.get("imports") or [] if isinstance(i, dict)]
     if not sites:
@@ -198,8 +205,8 @@ def _release_covers(binary: Dict[str, Any], cc: str, binaries: List[Dict[str, An
     (CUDA 13) lists only sm_75 cubins (cuobjdump agrees) and runs there all the same, as torch.fft
     does on every Hopper. So a CUDA library without this GPU's code is a defect only when no
     library of the installed CUDA wheels has it, i.e. when the release itself predates the GPU."""
-    if not _is_cuda_library(binary):
-        return None
+    if not _is_cuda_library(binary) or _cuda13_drops(binary, cc):
+        return None  # CUDA 13 removed this GPU's arch (cuDNN's sm_70 cubins do not make cuBLAS 13 run there)
     for other in binaries:
         if other is not binary and _is_cuda_library(other) and _runs(other, cc):
             name = os.path.basename(str(binary.get("path", "?")))
@@ -241,11 +248,6 @@ def _kernel_fix(dist: str, version: Optional[str], gpu: Dict[str, Any], snap) ->
         summary = (f"CUDA 13 removed Maxwell, Pascal and Volta (sm_5x, sm_6x, sm_70/72) from its compiler and libraries, "
                    f"so no CUDA {_fmt(torch_cuda)} build can have sm_{sm} code: this GPU needs torch and {dist} built with "
                    "CUDA 12.x (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/).")
-    if dist.startswith("nvidia-") and not summary.startswith("CUDA 13"):
-        # A CUDA library wheel (cuBLAS, cuDNN, NCCL …): its code comes with the CUDA release it belongs to.
-        return Fix(f"{dist} {version or ''} has no code for this GPU: install the {dist.rsplit('-', 1)[0]} wheel of a CUDA "
-                   f"release that supports cc {cc} (and the torch build for that CUDA).",
-                   [f"{py} -m pip install --upgrade {shlex.quote(dist)}"])
     commands = [template.format(cc=cc, sm=sm, py=py, dist=dist, version=version or "VERSION")
                 + ("  # with a CUDA 12.x torch and nvcc" if summary.startswith("CUDA 13") else "")]
     if dist not in _REBUILD:
@@ -264,7 +266,7 @@ def _cuda_libraries_fail(dists: List[str], missing: Dict[str, List[Dict[str, Any
     items = [b for d in dists for b in missing[d]]
     shown = ", ".join(f"{d} ({', '.join(os.path.basename(str(b['path'])) for b in missing[d][:2])})" for d in dists[:6])
     cuda13 = any("/cu13/" in str(b.get("path")) or d.endswith("-cu13") for d in dists for b in missing[d])
-    if cuda13 and version_tuple(cc) < (7, 5):
+    if cuda13 and tuple(version_tuple(cc)[:2]) < (7, 5):
         # CUDA 13.0 release notes, "Deprecated Architectures" (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html).
         summary = (f"These are CUDA 13 libraries, and CUDA 13 removed Maxwell, Pascal and Volta (sm_5x, sm_6x, sm_70/72): "
                    f"cc {cc} needs the CUDA 12 wheels (…-cu12) with a CUDA 12 build of torch "
@@ -275,7 +277,7 @@ def _cuda_libraries_fail(dists: List[str], missing: Dict[str, List[Dict[str, Any
         summary = f"Install the CUDA library wheels of a CUDA release that supports cc {cc} (and the torch build for that CUDA)."
         commands = [f"{py} -m pip install --upgrade " + " ".join(shlex.quote(d) for d in dists)]
     return Fail(
-        f"{len(dists)} CUDA library wheels have no code for {_gpu_label(gpu)}: {shown}"
+        f"{len(dists)} CUDA library wheel{'s have' if len(dists) > 1 else ' has'} no code for {_gpu_label(gpu)}: {shown}"
         + (f" and {len(dists) - 6} more" if len(dists) > 6 else "")
         + "; their kernels fail with \"no kernel image is available for execution on the device\"",
         ["gpu.%d.compute_capability" % gpu["index"], ("kernels", [b["path"] for b in items][:20])],
@@ -298,8 +300,10 @@ def kernel_image_missing(snap):
     Blackwell (sm_120) card, or a wheel from another machine's source build. gpudoctor reads
     the archs from the fatbin headers of every shared object with CUDA code on the path — each
     distribution's RECORD (the `nvidia-*` CUDA library wheels too), egg-info and editable
-    installs, unowned directories — (torch's own libraries: GD502). The `nvidia-*` wheels that
-    lack a GPU come from one CUDA release: one finding, one fix. A library a
+    installs, unowned directories — (torch's own libraries: GD502). NVIDIA's `nvidia-*` CUDA
+    library wheels are judged as their CUDA release (cuFFT 12.0 of CUDA 13.0 has sm_75 cubins
+    only and runs on an H200), and CUDA 13 on a GPU it removed (cc < 7.5) is an error: one
+    finding, one fix, for all of them. A library a
     package loads only on some GPUs is judged on those only. For vLLM that is read from its
     own source: the extension `vllm/platforms/cuda.py` imports unguarded (`_C`, from 0.33
     `_C_stable_libtorch`) is needed on every GPU; one imported only under `try`/`suppress
@@ -352,7 +356,7 @@ def kernel_image_missing(snap):
                 continue
             missing.setdefault(_label(binary), []).append(binary)
         cuda_libs = sorted(d for d in missing if str(d).startswith("nvidia-"))
-        if len(cuda_libs) > 1:
+        if cuda_libs:
             fails.append(_cuda_libraries_fail(cuda_libs, missing, versions, gpu, snap))  # one cause, one finding
             for dist in cuda_libs:
                 del missing[dist]

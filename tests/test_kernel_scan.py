@@ -224,12 +224,12 @@ def test_shared_object_names():
     assert not kernel_scan.is_shared_object("notes.sources")
 
 
-def test_an_nvidia_library_without_the_gpu_is_an_error_with_an_upgrade_fix(unknown_venv):
+def test_cuda_13_libraries_on_a_gpu_cuda_13_removed_are_one_error(unknown_venv):
     python, _ = unknown_venv
-    _, _, gd201 = check(python, "sm_75")  # libfake.so.13: sm_80, sm_90, PTX 9.0: nothing for 7.5
-    [finding] = [f for f in gd201["findings"] if f["message"].startswith("nvidia-fake-cu13")]
-    assert "nvidia/fake/lib/libfake.so.13 (sm_80, sm_90, compute_90)" in finding["message"]
-    assert finding["fix"]["commands"][0].endswith("-m pip install --upgrade nvidia-fake-cu13")
+    _, _, gd201 = check(python, "V100")
+    [finding] = [f for f in gd201["findings"] if f["message"].startswith("1 CUDA library wheel has")]
+    assert "nvidia-fake-cu13 (libfake.so.13)" in finding["message"]
+    assert finding["fix"]["commands"][0].endswith("-m pip install nvidia-fake-cu12  # with a CUDA 12 torch")
 
 
 def test_explain_no_kernel_image_is_confirmed_naming_the_binary(unknown_venv):
@@ -268,3 +268,20 @@ def test_cuda_library_wheels_without_the_gpu_are_one_finding(tmp_path):
                                          "nvidia-cublas (libcublas.so.13), nvidia-nccl-cu13 (libnccl.so.2)")
     assert "CUDA 13 removed Maxwell, Pascal and Volta" in finding["fix"]["summary"]
     assert finding["fix"]["commands"][0].endswith("-m pip install nvidia-cublas-cu12 nvidia-nccl-cu12  # with a CUDA 12 torch")
+
+
+def test_the_real_h200_stock_python_has_no_kernel_error():
+    """Replayed from the H200 (the recorded snapshot of tests/test_cuda_libraries_on_h200.py): torch 2.11 cu130, cupy, JAX's CUDA 13
+    plugins and 13 nvidia-* wheels; nvidia-cufft 12.0.0.61 has sm_75 cubins only and runs there."""
+    fixture = Path(__file__).resolve().parent / "fixtures" / "snapshots" / "h200-every-cuda-binary.json"
+    proc = gd("check", "--snapshot", str(fixture), "--select", "GD201,GD202,GD502", "--format", "json")
+    doc = json.loads(proc.stdout)
+    binaries = doc["snapshot"]["facts"]["kernels.binaries"]["value"]
+    assert len(binaries) == 31 and {"cupy-cuda13x", "jax-cuda13-plugin", "nvidia-cufft"} <= {b["dist"] for b in binaries}
+    outcomes = {o["id"]: o for o in doc["outcomes"]}
+    assert [f["message"] for o in outcomes.values() for f in o["findings"] if f["severity"] == "error"] == []
+    assert "libcufft.so.12 (nvidia-cufft): part of a CUDA release whose libraries have this GPU's code" in outcomes["GD201"]["reason"]
+    proc = gd("check", "--snapshot", str(fixture), "--gpu", "V100", "--select", "GD201", "--format", "json")
+    messages = [f["message"] for f in json.loads(proc.stdout)["findings"]]
+    assert any(m.startswith("10 CUDA library wheels have no code for GPU 0 (V100, cc 7.0): nvidia-cublas") for m in messages), messages
+    assert any(m.startswith("cupy-cuda13x 14.2.0 has no code for GPU 0 (V100") for m in messages)
