@@ -12,8 +12,9 @@ mkdir -p "$OUT/all"
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/all/run.log"; }
 
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >"$OUT/all/wheels.log" 2>&1 && export PYTHONPATH=/tmp/site
+  # Into the interpreter itself, as a user's pip install would (a child with its own PYTHONPATH
+  # still finds them).
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl >"$OUT/all/wheels.log" 2>&1
 fi
 # A venv holding real releases made sparse (scripts/sparse_wheel.py: metadata, sources, and the
 # ELF/fatbin headers of their CUDA binaries) when .whl/venv/ travels: VLLM_VENV_PY names its python.
