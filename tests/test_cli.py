@@ -160,8 +160,12 @@ def test_live_markdown_has_heading_and_details(live):
     proc = gd("check", "--format", "markdown")
     assert proc.returncode == live[0].returncode
     assert proc.stdout.startswith(f"## gpudoctor {__version__}\n")
-    assert "<details><summary>snapshot.json</summary>" in proc.stdout
-    assert proc.stdout.rstrip().endswith("</details>")
+    # The snapshot is inlined when it fits GitHub's limit; on a machine with many facts (a real
+    # H200 with 31 CUDA binaries) the Markdown says where to get it instead.
+    if "<details><summary>snapshot.json</summary>" in proc.stdout:
+        assert proc.stdout.rstrip().endswith("</details>")
+    else:
+        assert "gpudoctor snapshot -o FILE" in proc.stdout
     assert not ANSI.search(proc.stdout)
 
 

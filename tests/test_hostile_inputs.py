@@ -41,6 +41,15 @@ def gd(*args, env=None, timeout=60):
     return proc
 
 
+def without_nvml(tmp_path: Path, path: Path) -> dict:
+    """The environment of a machine where NVML cannot start, so the probes fall back to the
+    nvidia-smi first on PATH: on a real GPU host the real NVML would answer first (seen on the H200)."""
+    shadow = tmp_path / "no-nvml"
+    shadow.mkdir(exist_ok=True)
+    (shadow / "pynvml.py").write_text('raise ImportError("this test imitates a machine without NVML")\n')
+    return {"PATH": f"{path}:{os.environ['PATH']}", "PYTHONPATH": str(shadow)}
+
+
 def script(directory: Path, name: str, body: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
@@ -96,7 +105,7 @@ def test_a_hostile_nvidia_smi_gives_a_verdict(tmp_path, kind):
             "garbage": "head -c 300000 /dev/urandom"}[kind]
     bindir = tmp_path / "bin"
     script(bindir, "nvidia-smi", body)
-    proc = gd("check", "--timeout", "1.5", "--format", "json", env={"PATH": f"{bindir}:{os.environ['PATH']}"})
+    proc = gd("check", "--timeout", "1.5", "--format", "json", env=without_nvml(tmp_path, bindir))
     assert proc.returncode in (0, 1), proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["snapshot"]["facts"]["gpu.count"]["status"] in ("timeout", "error")
@@ -375,7 +384,7 @@ def test_a_hung_nvidia_smi_leaves_nothing_behind_when_the_doctor_exits(tmp_path)
     pidfile = tmp_path / "pids"
     bindir = tmp_path / "bin"
     script(bindir, "nvidia-smi", f"sleep 300 & echo $! >> {pidfile}\necho $$ >> {pidfile}\nsleep 300")
-    proc = gd("check", "--timeout", "1", env={"PATH": f"{bindir}:{os.environ['PATH']}"})
+    proc = gd("check", "--timeout", "1", env=without_nvml(tmp_path, bindir))
     assert proc.returncode in (0, 1)
     pids = [int(p) for p in pidfile.read_text().split()]
     time.sleep(0.2)
