@@ -227,7 +227,7 @@ def _gpu_spec(data: bytes):
 
 def _int(data: bytes):
     from gpudoctor import bounded
-    from gpudoctor.launch.parser import human_int
+    from gpudoctor.launch.vllm_values import human_readable_int as human_int
 
     text = _text(data)
     try:

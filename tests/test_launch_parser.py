@@ -3,7 +3,8 @@
 import pytest
 
 from gpudoctor.launch import parser
-from gpudoctor.launch.parser import FlagTable, human_int, parse, read_command_file, typed_options
+from gpudoctor.launch.parser import FlagTable, parse, read_command_file, typed_options
+from gpudoctor.launch.vllm_values import human_readable_int as human_int
 
 JSON_SPEC = '{"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16", "num_speculative_tokens": 15}'
 

@@ -378,24 +378,6 @@ def _set_nested(target: Dict[str, Any], keys: List[str], value: Any, append: boo
 
 
 # --- values ------------------------------------------------------------------------------------
-def human_int(text: str) -> int:
-    """vLLM's human_readable_int: '32k' = 32000, '32K' = 32768; 'auto' / '-1' = -1 (max-model-len)."""
-    text = text.strip()
-    if text.lower() == "auto":
-        return -1
-    if len(text) > 40:  # no real size has 40 digits; float('9' * 400) is inf and int(inf) raises OverflowError
-        raise ValueError(f"{len(text)} characters; not a usable number")
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text)
-    if match:
-        number, suffix = match.groups()
-        if suffix.islower():
-            return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[suffix])
-        if "." in number:
-            raise ValueError(f"decimals are not allowed with the binary suffix {suffix}")
-        return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
-    return int(text)
-
-
 def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str, Any]:
     """The options with numbers and JSON converted; problems go to ``launch.errors``.
 
@@ -403,6 +385,8 @@ def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str
     checked as vLLM would: its type, ``choices``, the numeric range of its config field and the
     keys of a JSON config object; without it, by the built-in tables below.
     """
+    from gpudoctor.launch.vllm_values import human_readable_int  # one reader of '32k' for both paths
+
     out: Dict[str, Any] = {}
     for name, value in launch.options.items():
         spec = table.spec(name) if table is not None else None
@@ -419,7 +403,7 @@ def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str
                     raise ValueError(f"{len(value.strip())} characters; not a usable number")
                 out[name] = int(value)
             elif name in HUMAN_INT_FLAGS:
-                out[name] = human_int(value)
+                out[name] = human_readable_int(value)
             elif name in FLOAT_FLAGS:
                 number = float(value)
                 if number != number:  # nan
@@ -436,8 +420,8 @@ def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str
 
 
 def _checked(launch: Launch, name: str, spec: Any, value: Any) -> Any:
-    """One value through vllm_args.convert/problems; the problems become launch.errors."""
-    from gpudoctor.launch import vllm_args
+    """One value through vllm_values.convert/problems; the problems become launch.errors."""
+    from gpudoctor.launch import vllm_values
 
     items = value if isinstance(value, list) else [value]
     converted = []
@@ -446,11 +430,11 @@ def _checked(launch: Launch, name: str, spec: Any, value: Any) -> Any:
             result = item
         else:
             try:
-                result = vllm_args.convert(spec, str(item))
+                result = vllm_values.convert(spec, str(item))
             except ValueError as exc:
                 launch.errors.append({"flag": name, "value": item, "problem": f"not a valid {_spec_kind(spec)}: {exc}"})
                 return value
-        for problem in vllm_args.problems(spec, result):
+        for problem in vllm_values.problems(spec, result):
             launch.errors.append({"flag": name, "value": item, "problem": problem})
         converted.append(result)
     if spec.type in ("config", "json") and name == "--compilation-config" and isinstance(converted[0], int):
