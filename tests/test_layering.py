@@ -16,7 +16,7 @@ from test_registry import REPO, imports
 
 MAX_LINES = 800
 # Modules over MAX_LINES that other work owns today; this list may only shrink.
-OVER_SIZE = {"gpudoctor/launch/vllm_args.py", "gpudoctor/report.py"}
+OVER_SIZE: Set[str] = set()
 
 
 def module_name(path: Path) -> str:
