@@ -67,7 +67,7 @@ RULES_OF_THE_LAYERS = [
      "rules are pure functions of the snapshot"),
     ("gpudoctor.knowledge", tuple(sorted({m for m in MODULES if not under(m, "gpudoctor.knowledge")} - {"gpudoctor"})),
      "knowledge is data both probes and rules read: it depends on neither"),
-    ("gpudoctor.render", ("gpudoctor.probes", "gpudoctor.commands", "gpudoctor_rules", "gpudoctor.cli"),
+    ("gpudoctor.render", ("gpudoctor.probes", "gpudoctor.commands", "gpudoctor_rules", "gpudoctor.cli", "gpudoctor.launch", "gpudoctor.smoke"),
      "renderers draw findings; they never probe or run commands"),
     ("gpudoctor.snapshot", tuple(sorted(set(MODULES) - {"gpudoctor", "gpudoctor.snapshot", "gpudoctor.bounded"})),
      "the snapshot is the seam: it depends on nothing (but the stdlib-only input bounds it is loaded through)"),

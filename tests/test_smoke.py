@@ -21,7 +21,7 @@ from gpudoctor import registry
 from gpudoctor.cli import main
 from gpudoctor.engine import run_rules
 from gpudoctor.smoke import metrics as prom
-from gpudoctor.smoke import table
+from gpudoctor.render import smoke as table
 from gpudoctor.smoke.client import URLError, normalize_url
 from gpudoctor.smoke.text import degenerate
 from gpudoctor.snapshot import Snapshot

@@ -142,7 +142,7 @@ def run(args, io: IO) -> int:
     from gpudoctor import registry
     from gpudoctor.engine import run_rules
     from gpudoctor.redact import redact
-    from gpudoctor.smoke import table
+    from gpudoctor.render import smoke as table
 
     opts = options_from(args, io, args.url)
     rules = registry.select(registry.load_rules(), ["server"])

@@ -162,13 +162,13 @@ def flash_attn(snap: Snapshot) -> str:
 
 
 def launch(snap: Snapshot) -> str:
-    from gpudoctor.launch.summary import headline as launch_headline
+    from gpudoctor.render.launch import headline as launch_headline
 
     return launch_headline(snap)
 
 
 def server(snap: Snapshot) -> str:
-    from gpudoctor.smoke.table import headline as smoke_headline
+    from gpudoctor.render.smoke import headline as smoke_headline
 
     return smoke_headline(snap)
 
