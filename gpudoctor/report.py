@@ -154,21 +154,21 @@ def read_log(
 
 # --- smoke -------------------------------------------------------------------------------
 def run_smoke(url: str, timeout: float, environ: Mapping[str, str], api_key_env: Optional[str] = None) -> Smoke:
-    """The smoke probe (gpudoctor.smoke) against ``url``; "unavailable" when this gpudoctor has none."""
+    """The smoke probe (gpudoctor.probes.smoke) against ``url``; "unavailable" when this gpudoctor has none."""
     import importlib
     import importlib.util
 
     try:
-        spec = importlib.util.find_spec("gpudoctor.smoke.probe")
+        spec = importlib.util.find_spec("gpudoctor.probes.smoke.probe")
     except (ImportError, ValueError):
         spec = None
     if spec is None:
         return Smoke(True, url, "unavailable", "smoke check unavailable: this gpudoctor has no smoke probe")
     try:
-        module = importlib.import_module("gpudoctor.smoke.probe")
+        module = importlib.import_module("gpudoctor.probes.smoke.probe")
         entry, options = getattr(module, "run", None), getattr(module, "Options", None)
         if not callable(entry) or options is None:
-            return Smoke(True, url, "unavailable", "smoke check unavailable: gpudoctor.smoke.probe has no run(Options)")
+            return Smoke(True, url, "unavailable", "smoke check unavailable: gpudoctor.probes.smoke.probe has no run(Options)")
         wanted = {"url": url, "timeout": timeout}
         if api_key_env:
             wanted.update(api_key=environ.get(api_key_env), api_key_env=api_key_env)

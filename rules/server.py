@@ -1,6 +1,6 @@
 """GD8xx: a running inference server — ready, correct, streaming, concurrent, tools, speculation.
 
-These rules judge the ``server.*`` facts written by the smoke probe (gpudoctor/smoke/),
+These rules judge the ``server.*`` facts written by the smoke probe (gpudoctor/probes/smoke/),
 which runs with ``gpudoctor smoke`` or ``gpudoctor check --smoke``. Without it there are
 no server facts and every rule here is "not applicable".
 """

@@ -133,7 +133,7 @@ def _headers(data: bytes):
 def _launch(data: bytes):
     import shlex
 
-    from gpudoctor.launch import parser
+    from gpudoctor.probes.launch import parser
 
     try:
         words = shlex.split(_text(data)[:4000])
@@ -146,7 +146,7 @@ def _launch(data: bytes):
 
 
 def _command_lines(data: bytes):
-    from gpudoctor.launch import parser
+    from gpudoctor.probes.launch import parser
 
     variables = {}
     for line in _text(data).splitlines()[:200]:
@@ -178,13 +178,13 @@ def _explain(data: bytes):
 
 
 def _url(data: bytes):
-    from gpudoctor.smoke.client import normalize_url
+    from gpudoctor.probes.smoke.client import normalize_url
 
     return normalize_url(_text(data))
 
 
 def _metrics(data: bytes):
-    from gpudoctor.smoke import metrics
+    from gpudoctor.probes.smoke import metrics
 
     return metrics.parse(_text(data))
 
@@ -227,7 +227,7 @@ def _gpu_spec(data: bytes):
 
 def _int(data: bytes):
     from gpudoctor import bounded
-    from gpudoctor.launch.vllm_values import human_readable_int as human_int
+    from gpudoctor.probes.launch.vllm_values import human_readable_int as human_int
 
     text = _text(data)
     try:
@@ -240,7 +240,7 @@ def _int(data: bytes):
 def targets() -> List[Target]:
     from gpudoctor.bounded import InputError
     from gpudoctor.gpu_table import SpecError
-    from gpudoctor.smoke.client import URLError
+    from gpudoctor.probes.smoke.client import URLError
     from gpudoctor.snapshot import SnapshotError
 
     return [

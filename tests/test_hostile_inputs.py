@@ -22,7 +22,7 @@ import pytest
 
 from gpudoctor import bounded, runner
 from gpudoctor.cli import main
-from gpudoctor.launch import parser as launch_parser
+from gpudoctor.probes.launch import parser as launch_parser
 from gpudoctor.probes import pyenv, vllm_build
 from gpudoctor.probes.cuda import toolkit_version_file
 from gpudoctor.snapshot import Snapshot
@@ -344,7 +344,7 @@ def test_a_step_with_no_time_left_is_unknown_deadline_not_a_failure():
 
     from gpudoctor import registry
     from gpudoctor.engine import run_rules
-    from gpudoctor.smoke import probe
+    from gpudoctor.probes.smoke import probe
 
     with WireServer() as server:
         server.tokens, server.token_delay = 8, 0.25  # healthy but slow: 2 s a stream, 1 slot
@@ -363,7 +363,7 @@ def test_a_deeply_nested_server_body_is_invalid_json_not_a_crashed_probe():
     sys.path.insert(0, str(REPO / "tests"))
     from smoke_servers import WireServer
 
-    from gpudoctor.smoke import client as smoke_client
+    from gpudoctor.probes.smoke import client as smoke_client
 
     body = b"[" * 100_000
     response = smoke_client.Response(200, "OK", {"content-type": "application/json"}, body, 0.01)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.launch import parser, probe, vllm_args, vllm_source
+from gpudoctor.probes.launch import parser, probe, vllm_args, vllm_source
 
 CONFIG = '''
 from typing import Literal, Optional

@@ -1,4 +1,4 @@
-"""Models as vLLM finds them, read without loading a weight (gpudoctor/launch/model.py)."""
+"""Models as vLLM finds them, read without loading a weight (gpudoctor/probes/launch/model.py)."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from gpudoctor.launch import model
+from gpudoctor.probes.launch import model
 from launch_fakes import dense_tensors, qwen36_model, small_model, write_model, write_safetensors
 
 

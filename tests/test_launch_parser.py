@@ -1,10 +1,10 @@
-"""Reading launch commands the way vLLM's FlexibleArgumentParser reads them (gpudoctor/launch/parser.py)."""
+"""Reading launch commands the way vLLM's FlexibleArgumentParser reads them (gpudoctor/probes/launch/parser.py)."""
 
 import pytest
 
-from gpudoctor.launch import parser
-from gpudoctor.launch.parser import FlagTable, parse, read_command_file, typed_options
-from gpudoctor.launch.vllm_values import human_readable_int as human_int
+from gpudoctor.probes.launch import parser
+from gpudoctor.probes.launch.parser import FlagTable, parse, read_command_file, typed_options
+from gpudoctor.probes.launch.vllm_values import human_readable_int as human_int
 
 JSON_SPEC = '{"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16", "num_speculative_tokens": 15}'
 

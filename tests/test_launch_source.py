@@ -1,4 +1,4 @@
-"""What the installed vLLM accepts, read from its source text (gpudoctor/launch/vllm_source.py).
+"""What the installed vLLM accepts, read from its source text (gpudoctor/probes/launch/vllm_source.py).
 
 The trees are written by tests/launch_fakes.py in the two layouts of real releases (the
 extractor was also run on the 0.8.5, 0.11.0, 0.19.0 and 0.33.0 wheels while it was written:
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from gpudoctor.launch import vllm_source
+from gpudoctor.probes.launch import vllm_source
 from launch_fakes import fake_vllm
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor import cli
-from gpudoctor.launch import probe
+from gpudoctor.probes.launch import probe
 
 SNAPSHOT = str(Path(__file__).resolve().parent / "fixtures" / "snapshots" / "h200.json")
 

@@ -20,10 +20,10 @@ from smoke_servers import WireServer, refused_port
 from gpudoctor import registry
 from gpudoctor.cli import main
 from gpudoctor.engine import run_rules
-from gpudoctor.smoke import metrics as prom
+from gpudoctor.probes.smoke import metrics as prom
 from gpudoctor.render import smoke as table
-from gpudoctor.smoke.client import URLError, normalize_url
-from gpudoctor.smoke.text import degenerate
+from gpudoctor.probes.smoke.client import URLError, normalize_url
+from gpudoctor.probes.smoke.text import degenerate
 from gpudoctor.snapshot import Snapshot
 
 SERVER_RULES = [m for m in registry.load_rules() if m.area == "server"]

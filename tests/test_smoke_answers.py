@@ -12,8 +12,8 @@ import pytest
 from smoke_servers import WireServer
 
 from gpudoctor.cli import main
-from gpudoctor.smoke.codecheck import check_prime_answer
-from gpudoctor.smoke.serverinfo import registry_names, serving_flags
+from gpudoctor.probes.smoke.codecheck import check_prime_answer
+from gpudoctor.probes.smoke.serverinfo import registry_names, serving_flags
 from gpudoctor_rules.server_config import family_parser
 
 GOOD = "Sure:\n```python\ndef is_prime(n):\n    if n < 2:\n        return False\n    return all(n % d for d in range(2, n))\n```\nprint(is_prime(7))"

@@ -160,7 +160,7 @@ def _port_discovery_prefers() -> int:
 
     import psutil
 
-    from gpudoctor.smoke.probe import SERVER_PROCESS
+    from gpudoctor.probes.smoke.probe import SERVER_PROCESS
 
     def rank(port):
         return 0 if port == 8000 else port
@@ -189,7 +189,7 @@ def _port_discovery_prefers() -> int:
 def test_check_smoke_without_a_url_finds_a_server_listening_here():
     import psutil
 
-    from gpudoctor.smoke.probe import discover_url
+    from gpudoctor.probes.smoke.probe import discover_url
 
     for attempt in range(3):  # the port can be taken between the check and the server's bind
         try:

@@ -113,8 +113,8 @@ def _launch_command(args) -> list:
 
 def _add_launch_facts(snapshot, command, args, io: IO) -> None:
     """The launch command's facts (flags, model config, parallel plan), as preflight reads them: files only."""
-    from gpudoctor.launch import parser as launch_parser
-    from gpudoctor.launch import probe as launch_probe
+    from gpudoctor.probes.launch import parser as launch_parser
+    from gpudoctor.probes.launch import probe as launch_probe
     from gpudoctor.probes.pyenv import search_paths
 
     try:

@@ -1,7 +1,7 @@
 """gpudoctor preflight [check options] [--exec] -- CMD…: the machine and the launch command, before starting it.
 
 1. The launch command is read (``-- CMD…`` or ``--from-file FILE``) and its vLLM, model and
-   drafter inspected (gpudoctor/launch/probe.py) — files only, nothing imported.
+   drafter inspected (gpudoctor/probes/launch/probe.py) — files only, nothing imported.
 2. The machine is probed as ``check`` does, with the serving port taken from the command's
    ``--port`` — or replayed from ``--snapshot FILE`` (another machine's snapshot works too).
 3. The command's ``NAME=value`` assignments are laid over the environment fact, so rules see
@@ -65,8 +65,8 @@ def run(args, io: IO) -> int:
     from gpudoctor.commands.check import render, selected_rules
     from gpudoctor import registry
     from gpudoctor.engine import run_rules
-    from gpudoctor.launch import parser as launch_parser
-    from gpudoctor.launch import probe as launch_probe
+    from gpudoctor.probes.launch import parser as launch_parser
+    from gpudoctor.probes.launch import probe as launch_probe
     from gpudoctor.probes.host import relevant_env
     from gpudoctor.probes.pyenv import search_paths
     from gpudoctor.snapshot import OK, Fact
@@ -131,7 +131,7 @@ def run(args, io: IO) -> int:
 
 def exec_command(launch, io: IO) -> int:
     """Become the command. Returns only when it cannot be started (exit 2)."""
-    from gpudoctor.launch.probe import exec_env
+    from gpudoctor.probes.launch.probe import exec_env
 
     argv = list(launch.exec_argv)
     if not argv:

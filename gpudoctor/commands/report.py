@@ -55,7 +55,7 @@ def run(args, io: IO) -> int:
     if args.log_lines < 0:
         raise UsageError("--log-lines must be 0 or more")
     if args.url:
-        from gpudoctor.smoke.client import URLError, normalize_url
+        from gpudoctor.probes.smoke.client import URLError, normalize_url
 
         try:  # before the probes run: "http://[::1" is a usage error, not a failed smoke check
             normalize_url(args.url)

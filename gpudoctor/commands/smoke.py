@@ -1,6 +1,6 @@
 """gpudoctor smoke: prove a running server works (and that speculative decoding is accepted).
 
-The smoke probe (gpudoctor/smoke/) turns what it measures into ``server.*`` facts; the
+The smoke probe (gpudoctor/probes/smoke/) turns what it measures into ``server.*`` facts; the
 "server" rules (rules/server.py) judge them; this command renders the verdict table.
 ``gpudoctor check --smoke [URL]`` runs the same probe after the machine probes.
 """
@@ -18,7 +18,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def configure(parser) -> None:
-    from gpudoctor.smoke import DEFAULT_URL
+    from gpudoctor.probes.smoke import DEFAULT_URL
 
     parser.add_argument("--url", default=DEFAULT_URL, help=f"the server's base URL, with or without /v1 (default {DEFAULT_URL})")
     parser.add_argument("--model", metavar="M", help="model to ask for (default: the first one /v1/models lists)")
@@ -45,8 +45,8 @@ def configure(parser) -> None:
 def options_from(args, io: IO, url: str, wait: bool = True, timeout=None):
     """Validate the command line into probe Options (UsageError → exit 2). The key's value
     goes into the options only; nothing prints it."""
-    from gpudoctor.smoke.client import URLError, normalize_url
-    from gpudoctor.smoke.probe import Options
+    from gpudoctor.probes.smoke.client import URLError, normalize_url
+    from gpudoctor.probes.smoke.probe import Options
 
     try:
         url = normalize_url(url)
@@ -111,7 +111,7 @@ class ProgressLine:
 
 def collect(opts, io: IO):
     """Run the smoke probe into a fresh Snapshot (for ``smoke``)."""
-    from gpudoctor.smoke import probe
+    from gpudoctor.probes.smoke import probe
     from gpudoctor.snapshot import Snapshot
 
     started = time.monotonic()
@@ -126,7 +126,7 @@ def add_smoke_facts(snapshot, args, io: IO) -> None:
     inference server listening on this machine. Readiness gets one attempt, no waiting:
     check reports the server as it is now. check's --timeout is the machine probes'
     deadline; the server check has its own (120 s)."""
-    from gpudoctor.smoke import probe
+    from gpudoctor.probes.smoke import probe
 
     url, how = args.smoke, ""
     if url == "auto":

@@ -1,6 +1,6 @@
 """GD7xx: the launch command (``gpudoctor preflight -- vllm serve MODEL …``) against this machine.
 
-The facts come from gpudoctor/launch/probe.py (``launch.*``: the parsed command and what the
+The facts come from gpudoctor/probes/launch/probe.py (``launch.*``: the parsed command and what the
 installed vLLM's source defines; ``model.*`` / ``drafter.*``: config.json and safetensors
 headers) and from the machine probes or a replayed snapshot (``gpu.*``, ``env``,
 ``processes.*``). Preflight overlays the command's own ``NAME=value`` assignments on ``env``,

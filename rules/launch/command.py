@@ -18,7 +18,7 @@ def launch_command_invalid(snap):
     container restart loop, over and over. Shell quoting is the usual cause: JSON needs single
     quotes around it in a shell, and YAML / systemd lines often eat the inner double quotes.
     The same goes for values outside what the installed vLLM defines, read from its source
-    (gpudoctor/launch/vllm_args.py): a `choices` list (`--dtype bfloat17`), a `Literal` of
+    (gpudoctor/probes/launch/vllm_args.py): a `choices` list (`--dtype bfloat17`), a `Literal` of
     `--quantization` / `--kv-cache-dtype` names, a numeric range of its config field
     (`--gpu-memory-utilization` must be in (0, 1], `-tp` >= 1: pydantic `Field(gt=0, le=1)`),
     an unknown key inside a JSON config whose class forbids extra keys, a switch given a value.

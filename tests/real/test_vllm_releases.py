@@ -30,7 +30,7 @@ import realenv  # noqa: E402
 
 from gpudoctor import registry  # noqa: E402
 from gpudoctor.engine import run_rules  # noqa: E402
-from gpudoctor.launch import probe  # noqa: E402
+from gpudoctor.probes.launch import probe  # noqa: E402
 from gpudoctor.snapshot import Snapshot  # noqa: E402
 
 pytestmark = pytest.mark.real

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpudoctor import bounded  # JSON from a server: depth and number caps
-from gpudoctor.smoke.client import (
+from gpudoctor.probes.smoke.client import (
     TIMEOUT as T_TIMEOUT,
     Client,
     ClientError,
@@ -21,7 +21,7 @@ from gpudoctor.smoke.client import (
     html_title,
     parse_json,
 )
-from gpudoctor.smoke import DEFAULT_URL
+from gpudoctor.probes.smoke import DEFAULT_URL
 from gpudoctor.snapshot import ERROR, NO_PERMISSION, TIMEOUT, Fact
 
 SOURCE = "smoke"

@@ -30,14 +30,14 @@ from __future__ import annotations
 import time
 from typing import Dict, Optional
 
-from gpudoctor.smoke.answers import chat, known_answer, tool_call
-from gpudoctor.smoke.client import TIMEOUT as T_TIMEOUT
-from gpudoctor.smoke.longctx import long_context
-from gpudoctor.smoke.ready import SERVER_PROCESS, choose_model, discover_url, port_owners, wait_ready
-from gpudoctor.smoke.serverinfo import launch_fact, parsers_fact
-from gpudoctor.smoke.session import SOURCE, Options, Progress, Run, StepError
-from gpudoctor.smoke.spec import scrape_metrics, spec_fact
-from gpudoctor.smoke.streaming import concurrency, stream, tool_stream
+from gpudoctor.probes.smoke.answers import chat, known_answer, tool_call
+from gpudoctor.probes.smoke.client import TIMEOUT as T_TIMEOUT
+from gpudoctor.probes.smoke.longctx import long_context
+from gpudoctor.probes.smoke.ready import SERVER_PROCESS, choose_model, discover_url, port_owners, wait_ready
+from gpudoctor.probes.smoke.serverinfo import launch_fact, parsers_fact
+from gpudoctor.probes.smoke.session import SOURCE, Options, Progress, Run, StepError
+from gpudoctor.probes.smoke.spec import scrape_metrics, spec_fact
+from gpudoctor.probes.smoke.streaming import concurrency, stream, tool_stream
 from gpudoctor.snapshot import ABSENT, ERROR, OK, TIMEOUT, Fact
 
 __all__ = ["Options", "Progress", "SERVER_PROCESS", "discover_url", "run"]

@@ -3,12 +3,12 @@
 
 from typing import Any, Dict, Optional
 
-from gpudoctor.smoke import metrics as prom
-from gpudoctor.smoke.client import (
+from gpudoctor.probes.smoke import metrics as prom
+from gpudoctor.probes.smoke.client import (
     ClientError,
 )
 from gpudoctor.snapshot import NOT_SUPPORTED, OK, Fact
-from gpudoctor.smoke.session import SOURCE, Run
+from gpudoctor.probes.smoke.session import SOURCE, Run
 
 def scrape_metrics(run_: Run) -> Optional[Dict[str, Any]]:
     """One /metrics scrape: {"counters": …, "legacy": …} or {"error": …}; None past the deadline."""

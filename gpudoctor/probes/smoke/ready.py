@@ -6,7 +6,7 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpudoctor.smoke.client import (
+from gpudoctor.probes.smoke.client import (
     CLOSED,
     PROTOCOL,
     REFUSED,
@@ -14,9 +14,9 @@ from gpudoctor.smoke.client import (
     ClientError,
     parse_json,
 )
-from gpudoctor.smoke import DEFAULT_URL
+from gpudoctor.probes.smoke import DEFAULT_URL
 from gpudoctor.snapshot import OK, TIMEOUT, Fact
-from gpudoctor.smoke.session import SOURCE, Options, Run, error_message
+from gpudoctor.probes.smoke.session import SOURCE, Options, Run, error_message
 
 SERVER_PROCESS = re.compile(r"vllm|sglang|llama-server|llama_cpp\.server|xllamacpp|text-generation-launcher|trtllm-serve|lmdeploy", re.I)
 

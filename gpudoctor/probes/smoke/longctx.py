@@ -15,8 +15,8 @@ import re
 import time
 from typing import Any, Dict, Optional
 
-from gpudoctor.smoke.client import ClientError
-from gpudoctor.smoke.session import SOURCE, Run, StepError, first_message, make_payload, reasoning_of, usage_of
+from gpudoctor.probes.smoke.client import ClientError
+from gpudoctor.probes.smoke.session import SOURCE, Run, StepError, first_message, make_payload, reasoning_of, usage_of
 from gpudoctor.snapshot import NOT_SUPPORTED, OK, TIMEOUT, Fact
 
 LONG_FILL = 0.9  # of max_model_len, leaving room for the chat template and the answer
@@ -36,7 +36,7 @@ def _count(run_: Run, model: Optional[str], text: str) -> Optional[int]:
         response = run_.client.request("POST", "/tokenize", body, timeout=min(30.0, max(0.1, run_.remaining())))
         if response.status != 200:
             return None
-        from gpudoctor.smoke.client import parse_json
+        from gpudoctor.probes.smoke.client import parse_json
 
         data = parse_json(response)
     except ClientError:

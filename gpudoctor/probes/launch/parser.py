@@ -18,7 +18,7 @@ Accepted shapes (research: vLLM ``FlexibleArgumentParser``, vllm/utils/argparse_
 
 Nothing here touches the machine (``read_command_file`` reads the one file it is given).
 Which flags take a value and which are switches comes from the installed vLLM's source
-(gpudoctor/launch/vllm_source.py) when there is one, else from the built-in table below.
+(gpudoctor/probes/launch/vllm_source.py) when there is one, else from the built-in table below.
 """
 
 from __future__ import annotations
@@ -385,7 +385,7 @@ def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str
     checked as vLLM would: its type, ``choices``, the numeric range of its config field and the
     keys of a JSON config object; without it, by the built-in tables below.
     """
-    from gpudoctor.launch.vllm_values import human_readable_int  # one reader of '32k' for both paths
+    from gpudoctor.probes.launch.vllm_values import human_readable_int  # one reader of '32k' for both paths
 
     out: Dict[str, Any] = {}
     for name, value in launch.options.items():
@@ -421,7 +421,7 @@ def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str
 
 def _checked(launch: Launch, name: str, spec: Any, value: Any) -> Any:
     """One value through vllm_values.convert/problems; the problems become launch.errors."""
-    from gpudoctor.launch import vllm_values
+    from gpudoctor.probes.launch import vllm_values
 
     items = value if isinstance(value, list) else [value]
     converted = []

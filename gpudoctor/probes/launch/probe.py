@@ -28,8 +28,8 @@ import re
 import traceback
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gpudoctor.launch import model as model_mod
-from gpudoctor.launch import parser, vllm_source
+from gpudoctor.probes.launch import model as model_mod
+from gpudoctor.probes.launch import parser, vllm_source
 from gpudoctor.snapshot import ABSENT, ERROR, Fact, missing, ok
 
 SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password")

@@ -6,10 +6,10 @@ import time
 from typing import Any, Dict, Optional
 
 from gpudoctor import bounded  # JSON from a server: depth and number caps
-from gpudoctor.smoke.text import degenerate
+from gpudoctor.probes.smoke.text import degenerate
 from gpudoctor.snapshot import NOT_SUPPORTED, OK, Fact
-from gpudoctor.smoke.codecheck import check_prime_answer
-from gpudoctor.smoke.session import SOURCE, Run, StepError, first_message, make_payload, reasoning_of, usage_of
+from gpudoctor.probes.smoke.codecheck import check_prime_answer
+from gpudoctor.probes.smoke.session import SOURCE, Run, StepError, first_message, make_payload, reasoning_of, usage_of
 
 SEED = 20260425
 KNOWN_QUESTION = "What is the capital of France? Answer with one word."

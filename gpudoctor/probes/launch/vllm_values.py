@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, List
 
-from gpudoctor.launch.vllm_args import Arg
+from gpudoctor.probes.launch.vllm_args import Arg
 
 def human_readable_int(text: str) -> int:
     """vLLM's human_readable_int: '32k' = 32000, '32K' = 32768; 'auto' / '-1' = -1 (max-model-len)."""

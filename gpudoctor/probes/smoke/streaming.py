@@ -6,16 +6,16 @@ import time
 from typing import Any, Dict, List, Optional
 
 from gpudoctor import bounded  # JSON from a server: depth and number caps
-from gpudoctor.smoke.client import (
+from gpudoctor.probes.smoke.client import (
     CLOSED,
     ClientError,
     HTTPStatus,
     StreamResult,
 )
-from gpudoctor.smoke.text import degenerate
+from gpudoctor.probes.smoke.text import degenerate
 from gpudoctor.snapshot import NOT_SUPPORTED, ERROR, OK, TIMEOUT, Fact
-from gpudoctor.smoke.session import SOURCE, Run, StepError, make_payload, usage_of
-from gpudoctor.smoke.answers import STREAM_PROMPT
+from gpudoctor.probes.smoke.session import SOURCE, Run, StepError, make_payload, usage_of
+from gpudoctor.probes.smoke.answers import STREAM_PROMPT
 
 def percentile(values: List[float], q: float) -> Optional[float]:
     if not values:
@@ -312,7 +312,7 @@ def tool_stream_summary(parts: List[Any]) -> Dict[str, Any]:
 def tool_stream(run_: Run, model: Optional[str]) -> Fact:
     """The tool call again, streamed: the path agents use, parsed incrementally by vLLM's
     tool parser (a parser can be right on whole text and wrong on deltas)."""
-    from gpudoctor.smoke.answers import TOOL_MARKUP, TOOL_PROMPT, TOOLS_UNSUPPORTED, WEATHER_TOOL
+    from gpudoctor.probes.smoke.answers import TOOL_MARKUP, TOOL_PROMPT, TOOLS_UNSUPPORTED, WEATHER_TOOL
 
     payload = make_payload(model, TOOL_PROMPT, temperature=0, max_tokens=run_.opts.max_tokens, stream=True,
                            tools=[WEATHER_TOOL], tool_choice="auto", stream_options={"include_usage": True})
