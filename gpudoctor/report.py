@@ -119,10 +119,11 @@ def build(
 ) -> Report:
     """Run the rules (after adding the smoke facts to ``snapshot``) and gather what the report shows."""
     from gpudoctor.engine import run_rules
+    from gpudoctor.probes import merge
 
     smoke = smoke or Smoke(False)
     if smoke.facts:
-        snapshot.update(smoke.facts)
+        merge(snapshot, smoke.facts)
     result = run_rules(snapshot, rules)
     log = read_log(log_path, snapshot, log_lines, confirm, scrub) if log_path else None
     return Report(result, fail_on, source, time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), log, smoke)

@@ -74,5 +74,5 @@ def test_python_dash_m_form_reads_that_venvs_vllm(venv):
     """`VENV/bin/python -m vllm.entrypoints.cli.main serve …`: its vLLM (not gpudoctor's own) is the one read,
     although the venv's python is a symlink to the same base interpreter as gpudoctor's."""
     argv = [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.cli.main", "serve", "m"]
-    _, facts, _ = probe.collect(argv, environ={"PATH": ""}, own_paths=list(sys.path))
+    _, facts, _ = probe.inspect(argv, environ={"PATH": ""}, own_paths=list(sys.path))
     assert facts["launch.vllm"].ok and facts["launch.vllm"].value["version"] == "0.33.0"

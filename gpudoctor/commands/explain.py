@@ -113,16 +113,13 @@ def _launch_command(args) -> list:
 
 def _add_launch_facts(snapshot, command, args, io: IO) -> None:
     """The launch command's facts (flags, model config, parallel plan), as preflight reads them: files only."""
-    from gpudoctor.probes.launch import parser as launch_parser
-    from gpudoctor.probes.launch import probe as launch_probe
-    from gpudoctor.probes.pyenv import search_paths
+    from gpudoctor.probes import Context, merge
+    from gpudoctor.probes import launch as launch_probe
+    from gpudoctor.probes.launch.probe import read_command
 
-    try:
-        _, facts, _ = launch_probe.collect(
-            command, None, dict(io.environ), getattr(args, "python", None), search_paths(), os.getcwd(), min(args.timeout, 30.0))
-    except launch_parser.CommandFileError as exc:
-        raise UsageError(str(exc)) from None
-    snapshot.update(facts)
+    ctx = Context(environ=dict(io.environ), timeout=args.timeout, python=getattr(args, "python", None),
+                  command=read_command(command), cwd=os.getcwd())
+    merge(snapshot, launch_probe.collect(ctx))
 
 
 def _lookup(target: str, args, io: IO):

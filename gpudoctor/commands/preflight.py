@@ -1,10 +1,10 @@
 """gpudoctor preflight [check options] [--exec] -- CMD…: the machine and the launch command, before starting it.
 
 1. The launch command is read (``-- CMD…`` or ``--from-file FILE``) and its vLLM, model and
-   drafter inspected (gpudoctor/probes/launch/probe.py) — files only, nothing imported.
+   drafter inspected (the launch probe, gpudoctor/probes/launch/) — files only, nothing imported.
 2. The machine is probed as ``check`` does, with the serving port taken from the command's
    ``--port`` — or replayed from ``--snapshot FILE`` (another machine's snapshot works too).
-3. The command's ``NAME=value`` assignments are laid over the environment fact, so rules see
+3. The command's ``NAME=value`` assignments are laid over the environment fact (``probes.merge``), so rules see
    the ``CUDA_VISIBLE_DEVICES`` / ``HF_HUB_OFFLINE`` the server will see.
 4. Every rule runs (the launch ones are GD7xx, rules/launch/); the report is check's.
 5. ``--exec``: when nothing is at or above ``--fail-on``, the doctor replaces itself with the
@@ -65,11 +65,10 @@ def run(args, io: IO) -> int:
     from gpudoctor.commands.check import render, selected_rules
     from gpudoctor import registry
     from gpudoctor.engine import run_rules
-    from gpudoctor.probes.launch import parser as launch_parser
-    from gpudoctor.probes.launch import probe as launch_probe
-    from gpudoctor.probes.host import relevant_env
-    from gpudoctor.probes.pyenv import search_paths
-    from gpudoctor.snapshot import OK, Fact
+    from gpudoctor.probes import Context, merge
+    from gpudoctor.probes import launch as launch_probe
+    from gpudoctor.probes.launch.parser import CommandFileError
+    from gpudoctor.probes.launch.probe import command_python, env_facts, read_command
 
     command = _command(args)
     rules = selected_rules(args)
@@ -81,16 +80,17 @@ def run(args, io: IO) -> int:
         if problem:
             raise UsageError(problem)
     try:
-        launch, facts, debug = launch_probe.collect(
-            command or None, args.from_file, dict(io.environ), python, search_paths(), os.getcwd(), min(args.timeout, 30.0))
-    except launch_parser.CommandFileError as exc:
+        launch = read_command(command or None, args.from_file, dict(io.environ))
+    except CommandFileError as exc:
         raise UsageError(str(exc)) from None
+    launch_ctx = Context(environ=dict(io.environ), timeout=args.timeout, python=python, command=launch, cwd=os.getcwd())
+    facts = launch_probe.collect(launch_ctx)
 
     inferred = None
     if python is None and not args.snapshot:
         # `preflight -- /opt/venv/bin/vllm serve …`: the machine checks inspect that venv, as
         # --python would (the README's systemd / Kubernetes recipe runs gpudoctor from elsewhere).
-        inferred = launch_probe.command_python(launch.argv, dict(io.environ))
+        inferred = command_python(launch.program_argv, dict(io.environ))
         if inferred is not None:
             args.python = inferred[0]
     port = facts.get("launch.port")
@@ -101,13 +101,7 @@ def run(args, io: IO) -> int:
         snapshot = replay(args)
     else:
         snapshot = probe(args, io)
-    if launch.env:
-        env_fact = snapshot.get("env")
-        merged = dict(env_fact.value) if env_fact.ok and isinstance(env_fact.value, dict) else {}
-        merged.update(relevant_env(launch.env))
-        source = (env_fact.source + " + " if env_fact.ok and env_fact.source else "") + "the launch command's assignments"
-        snapshot.facts["env"] = Fact(merged, OK, source)
-    snapshot.update(facts)
+    merge(snapshot, env_facts(launch), facts)  # the command's assignments over the machine's env, then its facts
     result = run_rules(snapshot, rules)
     result.notes.extend(preflight_notes(snapshot))
     if inferred is not None:
@@ -115,7 +109,7 @@ def run(args, io: IO) -> int:
                             "--python PY chooses another")
     result.notes.extend(registry.pack_notes())
     if args.verbose:
-        for text in debug + result.debug:
+        for text in launch_ctx.debug + result.debug:
             io.stderr.write(text + "\n")
     render(result, args, io)
     blocking = result.gated(args.fail_on)

@@ -1,6 +1,6 @@
 """gpudoctor smoke: prove a running server works (and that speculative decoding is accepted).
 
-The smoke probe (gpudoctor/probes/smoke/) turns what it measures into ``server.*`` facts; the
+The smoke probe (gpudoctor/probes/smoke/, ``collect(ctx)``) turns what it measures into ``server.*`` facts; the
 "server" rules (rules/server.py) judge them; this command renders the verdict table.
 ``gpudoctor check --smoke [URL]`` runs the same probe after the machine probes.
 """
@@ -111,13 +111,13 @@ class ProgressLine:
 
 def collect(opts, io: IO):
     """Run the smoke probe into a fresh Snapshot (for ``smoke``)."""
-    from gpudoctor.probes.smoke import probe
+    from gpudoctor.probes import Context, merge
+    from gpudoctor.probes import smoke
     from gpudoctor.snapshot import Snapshot
 
     started = time.monotonic()
-    facts = probe.run(opts, ProgressLine(io.stderr, io.environ))
-    snapshot = Snapshot(facts=facts, meta={"gpudoctor": __version__, "elapsed_s": round(time.monotonic() - started, 4)})
-    return snapshot
+    facts = smoke.collect(Context(environ=io.environ, smoke=opts, progress=ProgressLine(io.stderr, io.environ)))
+    return merge(Snapshot(meta={"gpudoctor": __version__, "elapsed_s": round(time.monotonic() - started, 4)}), facts)
 
 
 def add_smoke_facts(snapshot, args, io: IO) -> None:
@@ -126,16 +126,18 @@ def add_smoke_facts(snapshot, args, io: IO) -> None:
     inference server listening on this machine. Readiness gets one attempt, no waiting:
     check reports the server as it is now. check's --timeout is the machine probes'
     deadline; the server check has its own (120 s)."""
-    from gpudoctor.probes.smoke import probe
+    from gpudoctor.probes import Context, merge
+    from gpudoctor.probes import smoke
+    from gpudoctor.probes.smoke.ready import discover_url
 
     url, how = args.smoke, ""
     if url == "auto":
-        url, how = probe.discover_url()
+        url, how = discover_url()
     opts = options_from(args, io, url, wait=False, timeout=120.0)
-    facts = probe.run(opts, ProgressLine(io.stderr, io.environ))
+    facts = smoke.collect(Context(environ=io.environ, smoke=opts, progress=ProgressLine(io.stderr, io.environ)))
     if how and "server.url" in facts:
         facts["server.url"].detail = how
-    snapshot.update(facts)
+    merge(snapshot, facts)
 
 
 def run(args, io: IO) -> int:

@@ -1,9 +1,21 @@
 """Probes: the only code that touches the machine.
 
-Each probe is ``collect(ctx) -> {path: Fact}``. They run concurrently in daemon threads
-under one global deadline, so a hung NVML call or a stuck subprocess cannot hang the
-doctor: a probe that misses the deadline is recorded as ``probe.<name>`` with status
-timeout, one that raises as status error (traceback kept for -v).
+One contract for every source of facts: a probe is ``collect(ctx) -> {path: Fact}``, a
+function of one ``Context`` (what to look at: the filesystem root, the environment, the
+deadline, and for the sources a command names, the launch command or the server to check).
+It records raw facts (a failure is a fact with a status and a reason, never an exception);
+rules judge them. The sources:
+
+- the machine and its Python environment: ``default_probes()`` (host, driver, GPUs, the
+  Python stack, processes, CUDA, --deep), run concurrently in daemon threads under one
+  global deadline by ``start()``/``collect()``, so a hung NVML call or a stuck subprocess
+  cannot hang the doctor: a probe that misses the deadline is recorded as ``probe.<name>``
+  with status timeout, one that raises as status error (traceback kept for -v);
+- the launch command: ``probes.launch.collect(ctx)`` reads ``ctx.command``;
+- a running server: ``probes.smoke.collect(ctx)`` checks ``ctx.smoke`` (its own deadline);
+- every node of a Ray cluster: ``probes.ray``, which runs ``collect()`` on each node.
+
+Facts of several probes meet in one place, ``merge()``.
 """
 
 from __future__ import annotations
@@ -13,7 +25,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from gpudoctor.snapshot import ERROR, OK, TIMEOUT, Fact, Snapshot
 
@@ -30,6 +42,10 @@ class Context:
     python: Optional[str] = None  # --python: probe that interpreter's environment (probes.pystack)
     deep: bool = False  # --deep: also import the stack's extensions in a child interpreter (probes.deep)
     deadline: Optional[float] = None  # time.monotonic() when the whole run must be done (set by start())
+    cwd: Optional[str] = None  # where relative paths of the launch command resolve (probes.launch)
+    command: Any = None  # the launch command, a probes.launch.probe.Command (probes.launch)
+    smoke: Any = None  # the server to check, a probes.smoke.session.Options (probes.smoke)
+    progress: Optional[Callable[[str, str], None]] = None  # where the smoke check reports its steps
 
     @property
     def live(self) -> bool:
@@ -90,10 +106,32 @@ class Running:
                 snapshot.facts[f"probe.{name}"] = Fact(None, ERROR, "gpudoctor", str(outcome[1]))
             else:
                 facts, elapsed = outcome[1]  # type: ignore[misc]
-                snapshot.update(facts)
+                merge(snapshot, facts)
                 snapshot.facts[f"probe.{name}"] = Fact(round(elapsed, 4), OK, "gpudoctor")
         snapshot.meta["elapsed_s"] = round(time.monotonic() - self.started, 4)
         return snapshot
+
+
+# Facts that several sources add to rather than replace: a mapping whose entries a later source
+# extends (its entries win), e.g. the environment of the machine and the launch command's
+# ``NAME=value`` assignments that preflight lays over it.
+ADDITIVE = ("env",)
+
+
+def merge(snapshot: Snapshot, *sources: Mapping[str, Fact]) -> Snapshot:
+    """Lay the facts of each source over ``snapshot``, in order: the one place facts of different
+    probes meet. The rule for a path two sources both give: the later source wins (the more
+    specific one: the launch command over the machine, the server over the launch command),
+    except for an ``ADDITIVE`` mapping, which the later ok fact extends (its sources joined)."""
+    for facts in sources:
+        for path, fact in facts.items():
+            old = snapshot.facts.get(path)
+            if path in ADDITIVE and old is not None and fact.ok and isinstance(fact.value, dict):
+                value = dict(old.value) if old.ok and isinstance(old.value, dict) else {}
+                value.update(fact.value)
+                fact = Fact(value, OK, (old.source + " + " if old.ok and old.source else "") + fact.source, fact.detail)
+            snapshot.facts[path] = fact
+    return snapshot
 
 
 def start(ctx: Optional[Context] = None, probes: Optional[List[Tuple[str, Probe]]] = None) -> Running:

@@ -80,7 +80,7 @@ def blocked(vllm_script: Path, argv: list) -> list:
     if LAUNCH_RULES is None:
         LAUNCH_RULES = registry.select(registry.load_rules(), ["launch"])
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), "HF_HUB_OFFLINE": "0"}
-    _, facts, _ = probe.collect([str(vllm_script), "serve", *argv], environ=env, own_paths=None, timeout=10.0)
+    _, facts, _ = probe.inspect([str(vllm_script), "serve", *argv], environ=env, own_paths=None, timeout=10.0)
     result = run_rules(Snapshot(dict(facts)), LAUNCH_RULES)
     return [f"{f.rule_id} {f.title}"[:300] for f in result.findings if f.severity == "error"]
 

@@ -9,5 +9,25 @@
   bytes from safetensors headers, without loading a tensor.
 - ``probe``: the three together, as snapshot facts for rules/launch/.
 
-Standard library only: nothing here imports vLLM, torch or transformers.
+``collect(ctx)`` is the probe (the contract of gpudoctor/probes/__init__.py): the facts of
+``ctx.command`` (a ``probe.Command``, read by ``probe.read_command``). Standard library only:
+nothing here imports vLLM, torch or transformers.
 """
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+
+def collect(ctx: Any) -> Dict[str, Any]:
+    """``launch.*``, ``model.*`` and ``drafter.*`` facts of ``ctx.command`` (none without one);
+    tracebacks of what could not be read go to ``ctx.debug``. Cut at 30 s whatever ctx.timeout says:
+    vLLM's source is read, never run."""
+    from gpudoctor.probes.launch.probe import inspect_command
+    from gpudoctor.probes.pyenv import search_paths
+
+    if ctx.command is None:
+        return {}
+    _, facts, debug = inspect_command(ctx.command, dict(ctx.environ), ctx.python, search_paths(), ctx.cwd, min(ctx.timeout, 30.0))
+    ctx.debug.extend(debug)
+    return facts

@@ -26,11 +26,12 @@ import difflib
 import os
 import re
 import traceback
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gpudoctor.probes.launch import model as model_mod
 from gpudoctor.probes.launch import parser, vllm_source
-from gpudoctor.snapshot import ABSENT, ERROR, Fact, missing, ok
+from gpudoctor.snapshot import ABSENT, ERROR, OK, Fact, missing, ok
 
 SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password")
 
@@ -130,18 +131,69 @@ def _model_facts(prefix: str, given: Optional[str], environ: Dict[str, str], rev
     return facts
 
 
-def collect(argv: Optional[Sequence[str]] = None, from_file: Optional[str] = None, environ: Optional[Dict[str, str]] = None,
+@dataclass
+class Command:
+    """The launch command as given, before anything is looked up: what ``probes.launch.collect``
+    reads from ``ctx.command``, and what ``preflight --exec`` starts."""
+
+    argv: List[str]  # the whole command line, NAME=value assignments and wrappers included
+    source: str = "argv"  # "argv" or "FILE:LINE" (--from-file)
+    script_env: Dict[str, str] = field(default_factory=dict)  # a script's exports before the command
+    notes: List[str] = field(default_factory=list)  # what reading the file assumed
+
+    @property
+    def exec_argv(self) -> List[str]:
+        """What --exec runs: argv without the leading NAME=value words."""
+        return parser.split_command(self.argv)[1]
+
+    @property
+    def program_argv(self) -> List[str]:
+        """The program's argv, assignments and wrappers stripped."""
+        return parser.split_command(self.argv)[2]
+
+    @property
+    def env(self) -> Dict[str, str]:
+        """The assignments the command runs with: a script's exports, then its own NAME=value words."""
+        merged = dict(self.script_env)
+        merged.update(parser.split_command(self.argv)[0])
+        return merged
+
+
+def read_command(argv: Optional[Sequence[str]] = None, from_file: Optional[str] = None,
+                 environ: Optional[Dict[str, str]] = None) -> Command:
+    """The command from argv or from a file (its first vLLM launch). Raises parser.CommandFileError only."""
+    if from_file is not None:
+        file_argv, script_env, source, notes = parser.read_command_file(from_file, dict(environ if environ is not None else os.environ))
+        return Command(list(file_argv), source, script_env, notes)
+    return Command(list(argv or []))
+
+
+def env_facts(command: Command) -> Dict[str, Fact]:
+    """``env`` with the command's ``NAME=value`` assignments, for ``probes.merge`` to lay over the
+    machine's (an additive fact): rules then see the CUDA_VISIBLE_DEVICES / HF_HUB_OFFLINE the
+    server will see. Empty when the command assigns nothing."""
+    from gpudoctor.probes.host import relevant_env
+
+    env = command.env
+    return {"env": Fact(relevant_env(env), OK, "the launch command's assignments")} if env else {}
+
+
+def inspect(argv: Optional[Sequence[str]] = None, from_file: Optional[str] = None, environ: Optional[Dict[str, str]] = None,
             python: Optional[str] = None, own_paths: Optional[List[str]] = None, cwd: Optional[str] = None,
             timeout: float = 5.0) -> Tuple[parser.Launch, Dict[str, Fact], List[str]]:
     """(the parsed launch, its facts, debug tracebacks). Raises parser.CommandFileError only."""
     environ = dict(environ if environ is not None else os.environ)
+    return inspect_command(read_command(argv, from_file, environ), environ, python, own_paths, cwd, timeout)
+
+
+def inspect_command(command: Command, environ: Dict[str, str], python: Optional[str] = None,
+                    own_paths: Optional[List[str]] = None, cwd: Optional[str] = None,
+                    timeout: float = 5.0) -> Tuple[parser.Launch, Dict[str, Fact], List[str]]:
+    """(the parsed launch, its facts, debug tracebacks) of a command already read; never raises
+    for a readable command (an odd vLLM tree or model is a fact)."""
     debug: List[str] = []
-    script_env: Dict[str, str] = {}
-    notes: List[str] = []
-    source = "argv"
-    if from_file is not None:
-        argv, script_env, source, notes = parser.read_command_file(from_file, environ)
-    argv = list(argv or [])
+    script_env, notes, source = dict(command.script_env), list(command.notes), command.source
+    argv = list(command.argv)
     assignments, _, program_argv, _ = parser.split_command(argv)
     run_env = dict(environ)
     run_env.update(script_env)
@@ -314,7 +366,7 @@ def command_python(program_argv: Sequence[str], environ: Dict[str, str]) -> Opti
     return interp, how
 
 
-def exec_env(launch: parser.Launch, environ: Dict[str, str]) -> Dict[str, str]:
+def exec_env(launch: "parser.Launch | Command", environ: Dict[str, str]) -> Dict[str, str]:
     """The environment --exec gives the command: ours plus its NAME=value assignments."""
     env = dict(environ)
     env.update(launch.env)
