@@ -364,7 +364,8 @@ def kernel_image_missing(snap):
             version = (versions.get(dist) or {}).get("version") if isinstance(versions, dict) else None
             location = (versions.get(dist) or {}).get("location") if isinstance(versions, dict) else None
             names = ", ".join(
-                f"{_where(b, location)} ({describe_archs(b['scan'].get('sm_variants', []), b['scan'].get('ptx_variants', []))})"
+                f"{_where(b, location)}{' (not in RECORD)' if b.get('owner') == 'not in RECORD' else ''} "
+                f"({describe_archs(b['scan'].get('sm_variants', []), b['scan'].get('ptx_variants', []))})"
                 for b in items[:4]
             ) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
             fails.append(

@@ -285,3 +285,48 @@ def test_the_real_h200_stock_python_has_no_kernel_error():
     messages = [f["message"] for f in json.loads(proc.stdout)["findings"]]
     assert any(m.startswith("10 CUDA library wheels have no code for GPU 0 (V100, cc 7.0): nvidia-cublas") for m in messages), messages
     assert any(m.startswith("cupy-cuda13x 14.2.0 has no code for GPU 0 (V100") for m in messages)
+
+
+def test_a_binary_in_a_record_directory_but_not_in_record_is_scanned_and_owned(tmp_path, cache_dir):
+    """Built in place or copied in by a team's script after pip install: the directory is the
+    distribution's (its RECORD lists files there), the file is not in RECORD."""
+    python = make_venv(tmp_path / "venv")
+    site = SitePackages(venv_site(tmp_path / "venv"))
+    site.dist("team-kernels", "0.3.1", files={"teamkernels/__init__.py": "", "teamkernels/ops/__init__.py": ""})
+    site.dist("nvidia-shared-a", "1.0", files={"nvidia/shared/lib/liba.so.1": SM80_SM90_PTX90})
+    copied = site.path / "teamkernels" / "ops" / "_copied.so"
+    copied.write_bytes(SM86.read_bytes())
+    built = site.path / "teamkernels" / "ops" / "build" / "lib.linux" / "_built.so"  # a directory made after the install
+    built.parent.mkdir(parents=True)
+    built.write_bytes(SM86.read_bytes())
+    code, doc, gd201 = check(python, "sm_90")
+    binaries = {Path(b["path"]).name: b for b in doc["snapshot"]["facts"]["kernels.binaries"]["value"]}
+    assert {n: (b["dist"], b["package"], b["owner"]) for n, b in binaries.items()} == {
+        "_copied.so": ("team-kernels", "teamkernels", "not in RECORD"),
+        "_built.so": ("team-kernels", "teamkernels", "not in RECORD"),
+        "liba.so.1": ("nvidia-shared-a", "nvidia", "RECORD")}
+    assert code == 1
+    [finding] = gd201["findings"]
+    assert finding["message"].startswith("team-kernels 0.3.1 has no code for GPU 0")
+    assert "teamkernels/ops/_copied.so (not in RECORD) (sm_86)" in finding["message"]
+    assert "teamkernels/ops/build/lib.linux/_built.so (not in RECORD) (sm_86)" in finding["message"]
+
+
+def test_record_directories_older_than_record_are_not_listed(tmp_path, cache_dir):
+    """Cost: a directory untouched since its RECORD was written is one stat, not a listing."""
+    site = SitePackages(tmp_path / "site")
+    site.dist("team-kernels", "0.3.1", files={"teamkernels/__init__.py": "", "teamkernels/ops/_k.so": SM86})
+    record = next(site.path.glob("team_kernels-*.dist-info")) / "RECORD"
+    later = record.stat().st_mtime_ns
+    for directory in (site.path / "teamkernels", site.path / "teamkernels" / "ops"):
+        os.utime(directory, ns=(later - 10**9, later - 10**9))
+    cache = scancache.ScanCache(str(cache_dir))
+    first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
+    items, _ = kernel_scan.candidates([str(site.path)], first, {}, cache)
+    assert [(Path(i["path"]).name, i["owner"]) for i in items] == [("_k.so", "RECORD")]
+    assert not any(k.startswith(kernel_scan.DIR_KIND) for k in cache.changed)
+    os.utime(site.path / "teamkernels" / "ops", ns=(later + 10**9, later + 10**9))  # touched after the install
+    items, _ = kernel_scan.candidates([str(site.path)], first, {}, cache)
+    assert [(Path(i["path"]).name, i["owner"]) for i in items] == [("_k.so", "RECORD")]
+    assert [k for k in cache.changed if k.startswith(kernel_scan.DIR_KIND)] == [
+        kernel_scan.DIR_KIND + "\0" + str(site.path / "teamkernels" / "ops")]

@@ -11,6 +11,10 @@ just shared objects. Where they are:
   including the libraries under ``*/lib/`` of the ``nvidia-*`` wheels — owner: that distribution;
 - ``*.egg-info`` installs: ``installed-files.txt``, else the directories of ``top_level.txt``;
 - editable installs (setuptools' ``__editable___*_finder.py`` mappings): their source trees;
+- a shared object in a directory a RECORD lists files in, but not listed in any RECORD (built in
+  place, copied there by a team's script): owner "not in RECORD", attributed to the distribution
+  that owns the directory. Cheap: a directory older than its RECORD has had no entry added since
+  pip wrote it (one ``stat``); only a newer one is listed (and cached by its mtime/inode);
 - anything else on a path entry that no RECORD claims (a copied-in package, a leftover of an
   interrupted uninstall): walked, bounded — owner: the directory it sits in.
 Each candidate's ELF section table is read (probes/elf.py) and, if it has fatbin sections, its
@@ -35,11 +39,13 @@ if _scancache is None:
     from gpudoctor.probes import scancache as _scancache
 
 SCAN_KIND = "fatbin-1"  # bump when FatbinScan.to_json changes meaning
-RECORD_KIND = "record-so-1"
+RECORD_KIND = "record-so-2"
+DIR_KIND = "dir-so-1"  # a RECORD directory changed since install: its shared objects and subdirectories
 MAX_CANDIDATES = 20_000
 MAX_WALK_ENTRIES = 60_000  # directory entries visited outside RECORDs, all walks together
 MAX_WALK_DEPTH = 12
 MAX_UNREADABLE_SHOWN = 20
+MAX_RECORD_DIRS = 50_000  # RECORD directories checked for files RECORD does not list, all distributions together
 SKIP_DIRS = ("__pycache__", ".git", "node_modules")
 _NOT_CUDA = ("absent", "not_elf")
 
@@ -74,26 +80,114 @@ def _top(rel: str) -> str:
     return first if "/" in rel else first.split(".", 1)[0]
 
 
-def record_shared_objects(dist: Dict[str, Any], cache) -> Tuple[List[str], Set[str]]:
-    """(shared objects RECORD lists, relative to the location; top-level names RECORD claims)."""
+def _record_dir(rel: str) -> Optional[str]:
+    """The directory of a RECORD row worth checking for files RECORD does not list, or None: not
+    the location itself, dist-info, __pycache__ or header trees (no shared object lives there)."""
+    directory = rel.rsplit("/", 1)[0] if "/" in rel else ""
+    if not directory:
+        return None
+    parts = directory.split("/")
+    if parts[0].endswith((".dist-info", ".data")) or "__pycache__" in parts or "include" in parts:
+        return None
+    return directory
+
+
+def record_shared_objects(dist: Dict[str, Any], cache) -> Tuple[List[str], Set[str], Dict[str, int], int]:
+    """(shared objects RECORD lists, relative to the location; top-level names RECORD claims;
+    directories it lists files in -> how many; RECORD's mtime_ns)."""
     record = os.path.join(dist["location"], dist["meta"], "RECORD")
     key = _scancache.file_key(record)
+    mtime = key[1] if key else 0
     cached = cache.get(RECORD_KIND, record, key)
-    if cached is not None and isinstance(cached.get("so"), list) and isinstance(cached.get("tops"), list):
-        return [str(p) for p in cached["so"]], {str(t) for t in cached["tops"]}
+    if cached is not None and isinstance(cached.get("so"), list) and isinstance(cached.get("tops"), list) \
+            and isinstance(cached.get("dirs"), dict):
+        return ([str(p) for p in cached["so"]], {str(t) for t in cached["tops"]},
+                {str(d): int(n) for d, n in cached["dirs"].items() if isinstance(n, int)}, mtime)
     try:
         with open(record, "rb") as handle:
             text = handle.read(64 << 20).decode("utf-8", "replace")
     except OSError:
-        return [], set()
+        return [], set(), {}, mtime
     tops = set()
+    dirs: Dict[str, int] = {}
     for line in text.splitlines():
         rel = line.split(",", 1)[0].strip('"')
         if rel and not rel.startswith(("../", "/")):
             tops.add(_top(rel))
+            directory = _record_dir(rel)
+            if directory:
+                dirs[directory] = dirs.get(directory, 0) + 1
+                while "/" in directory:  # its parents too (nvidia/cu13 holds only directories)
+                    directory = directory.rsplit("/", 1)[0]
+                    dirs.setdefault(directory, 0)
     shared = _record_paths(text)
-    cache.put(RECORD_KIND, record, key, {"so": shared, "tops": sorted(tops)})
-    return shared, tops
+    cache.put(RECORD_KIND, record, key, {"so": shared, "tops": sorted(tops), "dirs": dirs})
+    return shared, tops, dirs, mtime
+
+
+def _dir_listing(path: str, cache) -> Optional[Tuple[List[str], List[str]]]:
+    """(shared-object names, subdirectory names) in a directory, cached by its mtime and inode."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    key = [0, st.st_mtime_ns, st.st_ino, st.st_dev]
+    cached = cache.get(DIR_KIND, path, key)
+    if cached is not None and isinstance(cached.get("so"), list) and isinstance(cached.get("dirs"), list):
+        return [str(n) for n in cached["so"]], [str(n) for n in cached["dirs"]]
+    shared: List[str] = []
+    subdirs: List[str] = []
+    try:
+        for entry in os.scandir(path):
+            try:
+                if entry.is_dir():
+                    if entry.name not in SKIP_DIRS:
+                        subdirs.append(entry.name)
+                elif is_shared_object(entry.name) and entry.is_file():
+                    shared.append(entry.name)
+            except OSError:
+                continue
+    except OSError:
+        return None
+    cache.put(DIR_KIND, path, key, {"so": sorted(shared), "dirs": sorted(subdirs)})
+    return sorted(shared), sorted(subdirs)
+
+
+def not_in_record(owned: Dict[str, Dict[str, Any]], listed: Set[str], walk: "_Walk", cache) -> List[Dict[str, Any]]:
+    """Shared objects in directories RECORDs list files in that no RECORD lists.
+
+    ``owned``: location -> {"dirs": {rel_dir: {dist: files}}, "mtime": {dist: RECORD mtime_ns}}.
+    A directory whose mtime is older than the newest RECORD of its owners has had no entry added
+    since the install (adding a file changes its directory's mtime): it costs one stat."""
+    found: List[Dict[str, Any]] = []
+    budget = MAX_RECORD_DIRS
+    for location, info in sorted(owned.items()):
+        dirs: Dict[str, Dict[str, int]] = info["dirs"]
+        for rel, owners_of in sorted(dirs.items()):
+            budget -= 1
+            if budget < 0:
+                return found
+            path = os.path.join(location, rel)
+            newest = max(info["mtime"].get(d, 0) for d in owners_of)
+            try:
+                if os.stat(path).st_mtime_ns < newest:  # equal: written in the same clock tick as RECORD, or after
+                    continue
+            except (OSError, ValueError):
+                continue
+            listing = _dir_listing(path, cache)
+            if listing is None:
+                continue
+            # The distribution with the most files directly in it owns it (nvidia/cu13/lib is shared).
+            dist = max(sorted(owners_of), key=lambda d: owners_of[d])
+            package = _top(rel + "/")
+            paths = [os.path.join(path, name) for name in listing[0]]
+            for name in listing[1]:
+                if f"{rel}/{name}" not in dirs:  # a directory no RECORD knows: made after the install
+                    paths.extend(walk.files(os.path.join(path, name)))
+            for item in paths:
+                if os.path.normpath(item) not in listed:
+                    found.append({"path": os.path.normpath(item), "dist": dist, "package": package, "owner": "not in RECORD"})
+    return found
 
 
 class _Walk:
@@ -139,6 +233,7 @@ def candidates(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dic
     found: List[Dict[str, Any]] = []
     notes: List[str] = []
     claimed: Dict[str, Set[str]] = {}  # location -> top-level names owned by some distribution
+    record_dirs: Dict[str, Dict[str, Any]] = {}  # location -> directories RECORDs list files in (not_in_record)
     walk = _Walk()
     for key, dist in sorted(dists.items()):
         location, meta = dist.get("location"), str(dist.get("meta", ""))
@@ -147,8 +242,12 @@ def candidates(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dic
         tops = claimed.setdefault(location, set())
         tops.add(meta)
         if meta.endswith(".dist-info"):
-            shared, owned = record_shared_objects(dist, cache)
+            shared, owned, dirs, mtime = record_shared_objects(dist, cache)
             tops.update(owned)
+            where = record_dirs.setdefault(location, {"dirs": {}, "mtime": {}})
+            where["mtime"][key] = mtime
+            for rel_dir, count in dirs.items():
+                where["dirs"].setdefault(rel_dir, {})[key] = count
             for rel in shared:
                 path = os.path.normpath(os.path.join(location, rel))
                 found.append({"path": path, "dist": key, "package": _top(rel), "owner": "RECORD"})
@@ -165,6 +264,7 @@ def candidates(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dic
                     where = os.path.join(location, top)
                     items = walk.files(where) if os.path.isdir(where) else []
                     found.extend({"path": p, "dist": key, "package": top, "owner": "top_level.txt"} for p in items)
+    found.extend(not_in_record(record_dirs, {item["path"] for item in found}, walk, cache))
     for package, target in sorted(editable.items()):
         owner = _owner_guess(package, dists)
         found.extend({"path": p, "dist": owner, "package": package, "owner": "editable"} for p in walk.files(target))
