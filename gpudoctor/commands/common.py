@@ -75,6 +75,10 @@ def probe(args, io: IO, meanwhile=None):
         from gpudoctor.gpu_table import override_snapshot
 
         override_snapshot(snapshot, gpu, args.gpu)
+    if ctx.deep:  # now that the GPUs to judge are known: load what lacks code for them (in a child)
+        from gpudoctor.probes import deep_load
+
+        snapshot.update(deep_load.load(snapshot, ctx))
     if args.verbose:
         for text in ctx.debug:
             io.stderr.write(text + "\n")

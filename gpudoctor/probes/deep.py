@@ -15,6 +15,8 @@ picked out) becomes a fact:
   disk (``_C`` up to 0.2x, ``_C_stable_libtorch`` from 0.33, ``_moe_C``, ``_qutlass_C`` …).
 
 Without ``--deep`` both facts say "not run"; with it and nothing to load, "absent".
+``kernels.load_check`` (every CUDA binary without code for a GPU, loaded with ctypes) is
+probes/deep_load.py's, after the probes; without --deep this probe records it as "not run".
 """
 
 from __future__ import annotations
@@ -91,7 +93,10 @@ def _not_run(detail: str, status: str = NOT_SUPPORTED) -> Dict[str, Fact]:
 
 def collect(ctx) -> Dict[str, Fact]:
     if not getattr(ctx, "deep", False):
-        return _not_run("not run (use --deep to load the extensions in a child interpreter)")
+        # kernels.load_check too: under --deep, probes/deep_load.py records it after the probes.
+        return {**_not_run("not run (use --deep to load the extensions in a child interpreter)"),
+                "kernels.load_check": missing(NOT_SUPPORTED, "not run (use --deep to load the binaries that lack code "
+                                              "for a GPU in a child interpreter)", "--deep")}
     if not ctx.live and not getattr(ctx, "python", None):
         return _not_run("not run: --root is not this machine")
     python = getattr(ctx, "python", None) or sys.executable
