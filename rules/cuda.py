@@ -10,6 +10,7 @@ from gpudoctor.gpu_table import describe_archs, gpus_to_judge, kernel_support
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Passed, Unknown, rule
 
 from .driver import TOOLKIT_DRIVER, version_tuple
+from .kernel_fixes import kernel_fix, loader_says
 
 # Newest host compiler each CUDA release accepts (include/crt/host_config.h in NVIDIA's own
 # nvcc wheels, the nvidia-cuda-nvcc-cu* packages on PyPI; NVIDIA's policy:
@@ -216,45 +217,12 @@ def _release_covers(binary: Dict[str, Any], cc: str, binaries: List[Dict[str, An
     return None
 
 
-_REBUILD = {
-    "flash-attn": 'FLASH_ATTN_CUDA_ARCHS="{sm}" {py} -m pip install --no-build-isolation --no-binary flash-attn --force-reinstall flash-attn=={version}',
-    "vllm": 'TORCH_CUDA_ARCH_LIST="{cc}" {py} -m pip install --no-build-isolation --no-binary vllm --force-reinstall vllm=={version}',
-}
-
-
 def _where(binary: Dict[str, Any], location: Optional[str]) -> str:
     """The binary's path inside its distribution's site-packages (its file name when elsewhere)."""
     path = str(binary.get("path", "?"))
     if location and path.startswith(str(location).rstrip("/") + "/"):
         return path[len(str(location).rstrip("/")) + 1:]
     return os.path.basename(path)
-
-
-def _kernel_fix(dist: str, version: Optional[str], gpu: Dict[str, Any], snap) -> Fix:
-    py = _python(snap)
-    cc = gpu["cc"]
-    sm = cc.replace(".", "")
-    if dist == "flash-attn" and version_tuple(cc) < (8, 0):
-        return Fix(
-            "FlashAttention-2 has no kernels below compute capability 8.0 at all: use another attention backend.",
-            [f"{py} -m pip uninstall -y flash-attn", "vllm serve MODEL --attention-backend TRITON_ATTN  # or FLASHINFER"],
-        )
-    template = _REBUILD.get(dist, 'TORCH_CUDA_ARCH_LIST="{cc}" {py} -m pip install --no-build-isolation --no-binary {dist} --force-reinstall {dist}=={version}')
-    summary = f"Install a build of {dist} that has sm_{sm} code (a wheel built for this GPU, or a source build for it)."
-    torch_cuda = _cuda_tuple(snap.value("torch.cuda"))
-    if torch_cuda and torch_cuda[0] >= 13 and version_tuple(cc) < (7, 5):
-        # CUDA 13.0 release notes, "Deprecated Architectures": no sm_5x/6x/7.0/7.2 at all
-        # (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html).
-        summary = (f"CUDA 13 removed Maxwell, Pascal and Volta (sm_5x, sm_6x, sm_70/72) from its compiler and libraries, "
-                   f"so no CUDA {_fmt(torch_cuda)} build can have sm_{sm} code: this GPU needs torch and {dist} built with "
-                   "CUDA 12.x (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/).")
-    commands = [template.format(cc=cc, sm=sm, py=py, dist=dist, version=version or "VERSION")
-                + ("  # with a CUDA 12.x torch and nvcc" if summary.startswith("CUDA 13") else "")]
-    if dist not in _REBUILD:
-        # Not a torch extension build (plain nvcc / CMake): the flags that put this GPU's code in.
-        commands.append(f"# an nvcc or CMake build: add -gencode arch=compute_{sm},code=sm_{sm} "
-                        f"-gencode arch=compute_{sm},code=compute_{sm} (PTX for newer GPUs), e.g. CMAKE_CUDA_ARCHITECTURES={sm}")
-    return Fix(summary, commands)
 
 
 def _cuda_libraries_fail(dists: List[str], missing: Dict[str, List[Dict[str, Any]]], versions: Any,
@@ -313,10 +281,20 @@ def kernel_image_missing(snap):
     other GPUs. Elsewhere, a library with nothing but arch-specific (`sm_90a`) code is meant
     for those GPUs alone.
 
+    With `--deep`, each such binary is also loaded in a child interpreter (`ctypes.CDLL`,
+    nothing launched) and the finding quotes the loader: a binary that does not even load
+    ("undefined symbol", "libcudart.so.12: cannot open shared object file") has another cause
+    first. A shared object in a distribution's directory that its RECORD does not list (built
+    in place, copied in) is judged as that distribution's, marked "not in RECORD".
+
     ## Fix
-    Install a build that has code for the GPU's architecture, or build it from source for
-    it (`TORCH_CUDA_ARCH_LIST="8.6"`, flash-attn: `FLASH_ATTN_CUDA_ARCHS`). FlashAttention-2
-    does not support GPUs below 8.0 at all: use another attention backend.
+    The wheel or index that has the GPU's code when one is known: vLLM's release wheels,
+    flash-attn's prebuilt wheels (`FLASH_ATTN_CUDA_ARCHS` takes the tokens 80, 90, 100,
+    120), flashinfer-jit-cache from `https://flashinfer.ai/whl/cuXYZ`, torchvision from
+    PyTorch's index (torch itself: GD502); otherwise the rebuild for this GPU
+    (`TORCH_CUDA_ARCH_LIST="9.0"`, `-gencode arch=compute_90,code=sm_90`; `9.0a` / `10.0a`
+    for kernels that use arch-specific features). FlashAttention-2 does not support GPUs
+    below 8.0 at all: use another attention backend.
 
     ## References
     - https://github.com/vllm-project/vllm/issues/19906,
@@ -326,6 +304,8 @@ def kernel_image_missing(snap):
     - flash-attention setup.py (FLASH_ATTN_CUDA_ARCHS)
     - https://docs.nvidia.com/deploy/cuda-compatibility/
     - https://github.com/Dao-AILab/flash-attention/blob/main/setup.py
+    - https://docs.flashinfer.ai/installation.html
+    - https://docs.nvidia.com/cuda/cuda-compiler-driver-nvcc/index.html#gpu-feature-list
     """
     gpus = gpus_to_judge(snap)
     if not gpus:
@@ -368,12 +348,17 @@ def kernel_image_missing(snap):
                 f"({describe_archs(b['scan'].get('sm_variants', []), b['scan'].get('ptx_variants', []))})"
                 for b in items[:4]
             ) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
+            said, also = loader_says(snap, items, gpu["cc"])  # --deep: what loading it in a child said
+            fix = kernel_fix(dist, version, gpu, snap, items)
+            if also:
+                fix = Fix(fix.summary + " " + also, fix.commands)
             fails.append(
                 Fail(
                     f"{dist}{' ' + version if version else ''} has no code for {_gpu_label(gpu)}: {names}; "
-                    "its kernels fail with \"no kernel image is available for execution on the device\"",
-                    ["gpu.%d.compute_capability" % gpu["index"], ("kernels", [b["path"] for b in items])],
-                    _kernel_fix(dist, version, gpu, snap),
+                    "its kernels fail with \"no kernel image is available for execution on the device\"" + said,
+                    ["gpu.%d.compute_capability" % gpu["index"], ("kernels", [b["path"] for b in items])]
+                    + (["kernels.load_check"] if said else []),
+                    fix,
                     subject=f"{dist} / GPU {gpu['index']}",
                 )
             )

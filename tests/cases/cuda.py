@@ -68,6 +68,16 @@ def _h200_cuda_12_8(tmp):
 
 
 NO_PERMISSION = dict(binary("sm86"), scan={"status": "no_permission", "detail": "Permission denied"})
+
+
+def kernels(scan, dist, version, path, cc="9.0", name="NVIDIA H200", torch_cuda="13.0", **facts):
+    """One distribution's real fatbin scan (an H200 fixture binary) on a GPU, for GD201's fix per package."""
+    def build(tmp):
+        snap = with_gpu(h200(kernels__binaries=[binary(scan, path, dist, path.split("/")[2])],
+                             packages__dists={dist: {"name": dist, "version": version, "location": "/x"}}, **facts), cc, name)
+        snap.facts["torch.cuda"] = ok(torch_cuda, "test")
+        return snap
+    return build
 K13 = "{root}/usr/local/cuda-13.0"
 K12 = "{root}/usr/local/cuda-12.4"
 
@@ -79,6 +89,49 @@ CASES = [
                           packages__dists={"flash-attn": {"name": "flash-attn", "version": "2.8.3", "location": "/x"}}),
          "fail", "error", ("flash-attn 2.8.3 has no code for GPU 0 (NVIDIA H200, cc 9.0)", "no kernel image is available"),
          subject="flash-attn / GPU 0", commands=("FLASH_ATTN_CUDA_ARCHS",)),
+    # the fix per package: the wheel or index that has the GPU's code, else the rebuild for it
+    Case("flash-attn-sm86-only-on-a100", "GD201", kernels("sm86", "flash-attn", "2.8.3", "/x/flash_attn/x.so", "8.0", "NVIDIA A100"),
+         "fail", "error", ("flash-attn 2.8.3 has no code for GPU 0 (NVIDIA A100, cc 8.0)",),
+         commands=('FLASH_ATTN_CUDA_ARCHS="80" ', "--no-cache-dir --no-deps --force-reinstall flash-attn==2.8.3"), subject="flash-attn / GPU 0"),
+    Case("flash-attn-sm80-sm90-on-b200", "GD201", kernels("compressed", "flash-attn", "2.8.3", "/x/flash_attn/x.so", "10.0", "NVIDIA B200"),
+         "fail", "error", ("(sm_80, sm_90)",), commands=('FLASH_ATTN_CUDA_ARCHS="100" FLASH_ATTENTION_FORCE_BUILD=TRUE',), subject="flash-attn / GPU 0"),
+    Case("flash-attn-ptx-jits-on-b200", "GD201", kernels("sm80_sm90_ptx90", "flash-attn", "2.8.3", "/x/flash_attn/x.so", "10.0", "NVIDIA B200"),
+         "pass"),
+    Case("flashinfer-jit-cache-from-its-cu130-index", "GD201",
+         kernels("sm86", "flashinfer-jit-cache", "0.6.1+cu130", "/x/flashinfer_jit_cache/jit_cache/batch_prefill/m.so"),
+         "fail", "error", ("flashinfer-jit-cache 0.6.1+cu130 has no code for GPU 0 (NVIDIA H200, cc 9.0)",),
+         commands=("-m pip install --force-reinstall --no-deps flashinfer-jit-cache==0.6.1 --index-url https://flashinfer.ai/whl/cu130",),
+         subject="flashinfer-jit-cache / GPU 0"),
+    Case("flashinfer-jit-cache-cuda-12.6-rebuilt-for-9.0a", "GD201",
+         kernels("sm86", "flashinfer-jit-cache", "0.6.1", "/x/flashinfer_jit_cache/jit_cache/m.so", torch_cuda="12.6"),
+         "fail", "error", ("flashinfer-jit-cache 0.6.1 has no code",),
+         commands=('FLASHINFER_CUDA_ARCH_LIST="9.0a"', "-m pip uninstall -y flashinfer-jit-cache"), subject="flashinfer-jit-cache / GPU 0"),
+    Case("flashinfer-jit-cache-cu128-index-lacks-b300", "GD201",
+         kernels("compressed", "flashinfer-jit-cache", "0.6.1", "/x/flashinfer_jit_cache/jit_cache/m.so", "10.3", "NVIDIA B300", "12.8"),
+         "fail", "error", ("cc 10.3",), commands=('FLASHINFER_CUDA_ARCH_LIST="10.3a"',), subject="flashinfer-jit-cache / GPU 0"),
+    Case("flashinfer-jit-cache-with-sm90-on-h200", "GD201",
+         kernels("compressed", "flashinfer-jit-cache", "0.6.1", "/x/flashinfer_jit_cache/jit_cache/m.so"), "pass"),
+    Case("flashinfer-python-aot-kernels", "GD201", kernels("sm86", "flashinfer-python", "0.2.5", "/x/flashinfer/_kernels.so"),
+         "fail", "error", ("flashinfer-python 0.2.5 has no code",), commands=("--force-reinstall --no-deps flashinfer-python==0.2.5",),
+         subject="flashinfer-python / GPU 0"),
+    Case("vllm-local-build-goes-back-to-the-release-wheel", "GD201",
+         kernels("sm86", "vllm", "0.11.0", "/x/vllm/_C.abi3.so", vllm__build={"origin": "local"}),
+         "fail", "error", ("vllm 0.11.0 has no code for GPU 0 (NVIDIA H200, cc 9.0): vllm/_C.abi3.so (sm_86)",),
+         commands=("-m pip install --force-reinstall --no-deps vllm==0.11.0", 'TORCH_CUDA_ARCH_LIST="9.0"'), subject="vllm / GPU 0"),
+    Case("vllm-index-wheel-rebuilt", "GD201", kernels("sm86", "vllm", "0.11.0", "/x/vllm/_C.abi3.so", vllm__build={"origin": "index"}),
+         "fail", "error", ("vllm 0.11.0 has no code",),
+         commands=('TORCH_CUDA_ARCH_LIST="9.0" /opt/torch/.venv/bin/python3 -m pip install --no-build-isolation --no-binary vllm --no-deps',),
+         subject="vllm / GPU 0"),
+    Case("torchvision-from-pytorchs-index", "GD201", kernels("sm86", "torchvision", "0.26.0+cu130", "/x/torchvision/_C.so"),
+         "fail", "error", ("torchvision 0.26.0+cu130 has no code",),
+         commands=("torchvision==0.26.0 --index-url https://download.pytorch.org/whl/cu130",), subject="torchvision / GPU 0"),
+    Case("own-kernels-on-h200", "GD201", kernels("sm86", "team-kernels", "0.3.1", "/x/teamkernels/ops/k.so"),
+         "fail", "error", ("team-kernels 0.3.1 has no code for GPU 0 (NVIDIA H200, cc 9.0): teamkernels/ops/k.so (sm_86)",),
+         commands=('TORCH_CUDA_ARCH_LIST="9.0" ', "-gencode arch=compute_90,code=sm_90", "arch=compute_90a,code=sm_90a"), subject="team-kernels / GPU 0"),
+    Case("own-kernels-on-b200", "GD201", kernels("sm86", "team-kernels", "0.3.1", "/x/teamkernels/ops/k.so", "10.0", "NVIDIA B200"),
+         "fail", "error", ("cc 10.0",),
+         commands=('TORCH_CUDA_ARCH_LIST="10.0" ', "arch=compute_100,code=sm_100", "arch=compute_100a,code=sm_100a",
+                   "arch=compute_100f,code=sm_100f"), subject="team-kernels / GPU 0"),
     Case("unreadable-binary", "GD201", lambda tmp: h200(kernels__binaries=[NO_PERMISSION]), "unknown", message=("no_permission",)),
     Case("torch-is-gd502s", "GD201",
          lambda tmp: h200(kernels__binaries=[binary("sm86", "/x/torch/lib/libtorch_cuda.so", "torch", "torch")]), "not_applicable"),
