@@ -310,6 +310,10 @@ def test_a_binary_in_a_record_directory_but_not_in_record_is_scanned_and_owned(t
     assert finding["message"].startswith("team-kernels 0.3.1 has no code for GPU 0")
     assert "teamkernels/ops/_copied.so (not in RECORD) (sm_86)" in finding["message"]
     assert "teamkernels/ops/build/lib.linux/_built.so (not in RECORD) (sm_86)" in finding["message"]
+    assert "_copied.so, _built.so are not in team-kernels's RECORD" in finding["fix"]["summary"]
+    proc = gd("explain", "CUDA error: no kernel image is available for execution on the device", "--python", str(python), "--gpu", "H100")
+    assert "confirmed by GD201 kernel-image-missing: team-kernels 0.3.1 has no code for GPU 0" in proc.stdout, proc.stdout
+    assert "teamkernels/ops/_copied.so (not in RECORD) (sm_86)" in proc.stdout
 
 
 def test_record_directories_older_than_record_are_not_listed(tmp_path, cache_dir):

@@ -8,7 +8,12 @@
 #  2. scans the stock python (every CUDA binary of its distributions) and compares 12+ files with
 #     `cuobjdump --list-elf --list-ptx`;
 #  3. times `gpudoctor check` cold (empty scan cache, page cache dropped when root) and warm.
-# Writes $OUT/kernel/: launch.txt, check-nokext.json, compare.json, timing.json, summary.txt. < 3 min.
+#  1b. builds a second sm_80-only copy linked to the shared CUDA runtime and copies it into nokext's
+#     directory (not in RECORD); runs `check --python VENV --deep` (each binary without sm_90 code is
+#     loaded with ctypes in a child interpreter: what the loader says) and
+#     `explain "...no kernel image is available..." --python VENV` (expects "confirmed", naming nokext);
+# Writes $OUT/kernel/: launch.txt, check-nokext.json, check-nokext-deep.json, explain-nokext.txt,
+# compare.json, timing.json, summary.txt. < 3 min.
 set -u
 export LC_ALL=C.UTF-8 NO_COLOR=1 PYTHONUNBUFFERED=1
 dir="$OUT/kernel"
@@ -90,6 +95,51 @@ print("GD201", gd201["status"], gd201.get("reason", ""))
 for f in gd201["findings"]:
     print("  ", f["severity"], f["message"])
 PY
+
+# --- 1b. --deep: what the loader says; a binary not in RECORD; explain confirms ---------------------------
+# A second sm_80-only build, linked to the shared CUDA runtime (NEEDED libcudart.so.13), copied into
+# nokext's own directory after pip install (not in RECORD, as a team's build script would leave it).
+log "nvcc -cudart shared (sm_80) copied into nokext/ops/ (not in RECORD)"
+"$nvcc" -shared -Xcompiler -fPIC -gencode arch=compute_80,code=sm_80 -cudart shared \
+  -o "$site/nokext/ops/_nokext_shared.so" "$work/src/k.cu" >> "$dir/nvcc.log" 2>&1 || log "nvcc -cudart shared failed"
+"$vpy" - "$site/nokext/ops/_nokext_shared.so" >> "$dir/launch.txt" 2>&1 <<'PY'
+import ctypes, sys
+try:
+    lib = ctypes.CDLL(sys.argv[1])
+    buf = ctypes.create_string_buffer(256)
+    print(f"_nokext_shared nokext_launch returned {lib.nokext_launch(buf, 256)}: {buf.value.decode()}")
+except OSError as exc:
+    print(f"_nokext_shared does not load: {exc}")
+PY
+tail -1 "$dir/launch.txt" | tee -a "$dir/summary.txt"
+
+log "gpudoctor check --python VENV/bin/python --deep (loads what lacks sm_90 in a child, launches nothing)"
+timeout 90 "$py" -m gpudoctor check --python "$vpy" --deep --select GD201 --format json > "$dir/check-nokext-deep.json" 2> "$dir/check-nokext-deep.err"
+echo "rc=$?" >> "$dir/check-nokext-deep.err"
+"$py" - "$dir/check-nokext-deep.json" >> "$dir/summary.txt" 2>&1 <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+facts = doc["snapshot"]["facts"]
+load = facts.get("kernels.load_check", {})
+print("kernels.load_check", load.get("status"), load.get("source"), load.get("detail"))
+for b in (load.get("value") or {}).get("binaries", []):
+    print("  ", b.get("dist"), b["path"].split("site-packages/")[-1], b.get("status"), b.get("how"), b.get("error", ""))
+owners = {b["path"].split("site-packages/")[-1]: b.get("owner") for b in facts["kernels.binaries"]["value"] if "nokext" in b["path"]}
+print("nokext binaries and owners:", json.dumps(owners))
+gd201 = next(o for o in doc["outcomes"] if o["id"] == "GD201")
+print("GD201 --deep", gd201["status"])
+for f in gd201["findings"]:
+    print("  ", f["severity"], f["message"])
+    print("   fix:", f["fix"]["summary"])
+    for c in f["fix"]["commands"]:
+        print("     $", c)
+PY
+
+log "gpudoctor explain 'no kernel image is available' --python VENV/bin/python"
+timeout 60 "$py" -m gpudoctor explain "CUDA error: no kernel image is available for execution on the device" \
+  --python "$vpy" > "$dir/explain-nokext.txt" 2>&1
+echo "rc=$?" >> "$dir/explain-nokext.txt"
+grep -E "confirmed|not confirmed|nokext" "$dir/explain-nokext.txt" | head -8 | tee -a "$dir/summary.txt"
 
 # --- 2. the stock python: every CUDA binary, against cuobjdump ----------------------------------------
 log "gpudoctor snapshot of the stock python (cold scan cache)"
