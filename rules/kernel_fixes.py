@@ -29,6 +29,7 @@ from gpudoctor.gpu_table import kernel_support
 from gpudoctor.rule import Fix
 
 from .driver import version_tuple
+from .flash_attn import ARCHS_FOR_MAJOR
 
 # flashinfer's .github/workflows/release.yml (FLASHINFER_CUDA_ARCH_LIST of the x86_64
 # flashinfer-jit-cache wheels it publishes to https://flashinfer.ai/whl/cuXYZ):
@@ -84,7 +85,7 @@ def _flashinfer_index_has(cc: str, index: Optional[str]) -> bool:
 
 def _fa2_token(cc: str) -> Optional[str]:
     """flash-attn's FLASH_ATTN_CUDA_ARCHS token whose cubin runs on ``cc`` (setup.py tests exact tokens)."""
-    return {8: "80", 9: "90", 10: "100", 11: "110", 12: "120"}.get(version_tuple(cc)[0])
+    return ARCHS_FOR_MAJOR.get(version_tuple(cc)[0])
 
 
 def _variant_note(cc: str) -> Optional[str]:

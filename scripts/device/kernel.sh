@@ -141,6 +141,20 @@ timeout 60 "$py" -m gpudoctor explain "CUDA error: no kernel image is available 
 echo "rc=$?" >> "$dir/explain-nokext.txt"
 grep -E "confirmed|not confirmed|nokext" "$dir/explain-nokext.txt" | head -8 | tee -a "$dir/summary.txt"
 
+log "gpudoctor check --deep on the stock python (what lacks sm_90 there is loaded; must stay exit 0)"
+timeout 90 "$py" -m gpudoctor check --deep --select GD201 --format json > "$dir/check-stock-deep.json" 2> "$dir/check-stock-deep.err"
+echo "rc=$?" | tee -a "$dir/check-stock-deep.err" >> "$dir/summary.txt"
+"$py" - "$dir/check-stock-deep.json" >> "$dir/summary.txt" 2>&1 <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+load = doc["snapshot"]["facts"].get("kernels.load_check", {})
+print("stock kernels.load_check", load.get("status"), "|", load.get("detail"))
+for b in (load.get("value") or {}).get("binaries", []):
+    print("  ", b.get("dist"), b["path"].rsplit("/", 1)[-1], b.get("status"), b.get("error", "")[:160])
+gd201 = next(o for o in doc["outcomes"] if o["id"] == "GD201")
+print("stock GD201 --deep", gd201["status"], [f["message"][:200] for f in gd201["findings"]])
+PY
+
 # --- 2. the stock python: every CUDA binary, against cuobjdump ----------------------------------------
 log "gpudoctor snapshot of the stock python (cold scan cache)"
 rm -rf "$GPUDOCTOR_CACHE_DIR"
