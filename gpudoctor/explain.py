@@ -1,9 +1,8 @@
 """Recognise pasted errors and log lines, and confirm their cause on this machine.
 
-The knowledge is data in rules/signatures.py (installed as ``gpudoctor_rules.signatures``);
-this module reads text safely (the tail of huge or binary logs, stdin), matches the
-signatures, and runs the rules each signature names to say whether the cause is present
-here: "confirmed by GD102: kernel module 580.159.04 vs library 580.173.02".
+The knowledge is data in gpudoctor/knowledge/signatures.py; this module reads text safely
+(the tail of huge or binary logs, stdin), matches the signatures, and runs the rules each
+signature names to say whether the cause is present here: "confirmed by GD102: kernel module 580.159.04 vs library 580.173.02".
 """
 
 from __future__ import annotations
@@ -88,13 +87,13 @@ _CACHE: Optional[List[Signature]] = None
 
 
 def load_signatures(data: Optional[Sequence[Dict[str, Any]]] = None) -> List[Signature]:
-    """Compile and validate the database (``data`` defaults to gpudoctor_rules.signatures)."""
+    """Compile and validate the database (``data`` defaults to gpudoctor.knowledge.signatures)."""
     global _CACHE
     default = data is None
     if default and _CACHE is not None:
         return list(_CACHE)
     if data is None:
-        from gpudoctor_rules.signatures import SIGNATURES
+        from gpudoctor.knowledge.signatures import SIGNATURES
 
         data = SIGNATURES
     out: List[Signature] = []

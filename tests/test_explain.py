@@ -266,7 +266,7 @@ def test_broken_database_entries_are_refused(entry, problem):
 
 
 def test_signatures_are_installed_as_data_of_gpudoctor_rules():
-    import gpudoctor_rules.signatures as data
+    import gpudoctor.knowledge.signatures as data
 
     assert data.SIGNATURES and all(isinstance(entry, dict) for entry in data.SIGNATURES)
 

@@ -3,7 +3,7 @@
 ``explain GD103`` / ``explain driver-too-old-for-torch`` prints the rule's docs;
 ``explain SIG-no-kernel-image`` a signature's. Anything else is error text: an argument,
 ``-`` (stdin) or ``--log FILE`` (the last 4 MiB are read). The text is matched against the
-signature database (rules/signatures.py), and the rules each recognised signature names run
+signature database (gpudoctor/knowledge/signatures.py), and the rules each recognised signature names run
 against this machine (a fresh probe, or ``--snapshot FILE``) to confirm the cause here.
 """
 

@@ -6,4 +6,6 @@ what to look for; a rule asks them how to judge what was found.
 
 - ``advisories``: known fixes ("feature X needs PR #N"), the markers a probe looks for and
   their evaluation.
+- ``signatures`` (+ ``signatures_build``, ``signatures_serving``): the error texts users paste,
+  their cause and fix, and which rules confirm the cause (read by gpudoctor/explain.py).
 """

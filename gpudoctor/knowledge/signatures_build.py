@@ -1,6 +1,6 @@
 """Error signatures of the Python stack and of builds: ABI symbols, flash-attn, xformers, nvcc, libraries.
 
-Data in the format described in rules/signatures.py (which joins this tuple to its own).
+Data in the format described in gpudoctor/knowledge/signatures.py (which joins this tuple to its own).
 """
 
 from __future__ import annotations

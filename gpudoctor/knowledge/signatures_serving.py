@@ -1,6 +1,6 @@
 """Error signatures of serving: memory, launch arguments, models, containers, clusters, symptoms.
 
-Data in the format described in rules/signatures.py (which joins this tuple to its own);
+Data in the format described in gpudoctor/knowledge/signatures.py (which joins this tuple to its own);
 split off so neither module grows past one screenful of causes per area.
 """
 
