@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.gpu_table import kernel_support
+from gpudoctor.knowledge.gpus import kernel_support
 from gpudoctor.probes import Context, cuda, fatbin
 from gpudoctor.snapshot import Fact, Snapshot, missing, ok
 from helpers import outcome
@@ -42,7 +42,7 @@ def binary(scan_name, path=FA2, dist="flash-attn", package="flash_attn_2_cuda"):
     return {"path": path, "dist": dist, "package": package, "scan": SCANS[scan_name], "elapsed_s": 0.001}
 
 
-# --- which code runs where (one implementation: gpu_table.kernel_support) ----------------------
+# --- which code runs where (one implementation: knowledge.gpus.kernel_support) ---------------
 def test_kernel_support_on_the_real_fixtures():
     real = SCANS["sm80_sm90_ptx90"]
     assert kernel_support(real["sm_variants"], real["ptx_variants"], "8.6").how == "sm_80 cubin"

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudoctor.probes import fatbin
-from gpudoctor.gpu_table import kernel_support
+from gpudoctor.knowledge.gpus import kernel_support
 from gpudoctor.probes.fatbin import FatbinScan, scan
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -336,7 +336,7 @@ def test_variant_bits_are_not_in_the_cubin_e_flags():
     assert set(seen) == {False, True} and seen[False] == seen[True]
 
 
-# --- which code runs where: gpu_table.kernel_support on what the reader found ------------------
+# --- which code runs where: knowledge.gpus.kernel_support on what the reader found ------------------
 def runs_on(result, cc):
     support = kernel_support(result.sm_variants or result.sm, result.ptx_variants or result.ptx, f"{cc[0]}.{cc[1]}")
     return support.runs, support.how

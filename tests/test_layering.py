@@ -60,8 +60,8 @@ def under(name: str, *packages: str) -> bool:
 # (layer, what it must never import, why)
 RULES_OF_THE_LAYERS = [
     ("gpudoctor.probes", ("gpudoctor_rules", "gpudoctor.render", "gpudoctor.commands", "gpudoctor.engine", "gpudoctor.registry",
-                          "gpudoctor.report", "gpudoctor.cli"),
-     "probes record facts; judging them is the rules' job, showing them the renderers'"),
+                          "gpudoctor.report", "gpudoctor.cli", "gpudoctor.gpu_table"),
+     "probes record facts (GPU tables they need are knowledge); judging them is the rules' job, showing them the renderers'"),
     ("gpudoctor_rules", ("gpudoctor.probes", "gpudoctor.commands", "gpudoctor.render", "gpudoctor.engine", "gpudoctor.registry",
                          "gpudoctor.report", "gpudoctor.cli"),
      "rules are pure functions of the snapshot"),

@@ -66,7 +66,7 @@ def test_h200_matches_expected_values():
     assert value["gpu.0.mig_mode"] is False
     assert value["gpu.0.throttle_reasons"] == ["gpu_idle"]
     assert value["gpu.0.processes"] == []
-    # The XML has no compute capability; it comes from the product name (gpudoctor.gpu_table).
+    # The XML has no compute capability; it comes from the product name (gpudoctor.knowledge.gpus).
     assert (facts["gpu.0.compute_capability"].value, facts["gpu.0.compute_capability"].source) == ("9.0", "nvidia-smi+name table")
     assert facts["gpu.0.nvlink_active"].status == NOT_SUPPORTED
 

@@ -8,4 +8,6 @@ what to look for; a rule asks them how to judge what was found.
   their evaluation.
 - ``signatures`` (+ ``signatures_build``, ``signatures_serving``): the error texts users paste,
   their cause and fix, and which rules confirm the cause (read by gpudoctor/explain.py).
+- ``gpus``: GPU product names, compute capabilities and memory, and which SASS/PTX runs on
+  which compute capability (``kernel_support``).
 """

@@ -552,7 +552,7 @@ def _result(c: _Collector, sections: List[str], relocatable: int) -> FatbinScan:
 
 
 # Which code runs on which GPU (the 'a'/'f' family rules, PTX JIT) is decided in one place,
-# gpudoctor.gpu_table.kernel_support, from the sm_variants / ptx_variants read here.
+# gpudoctor.knowledge.gpus.kernel_support, from the sm_variants / ptx_variants read here.
 
 
 def main(argv: Optional[List[str]] = None) -> int:

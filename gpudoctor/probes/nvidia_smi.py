@@ -181,7 +181,7 @@ def _compute_capability(gpu: ET.Element) -> Fact:
     for path in ("compute_capability", "cuda_compute_capability", "compute_cap"):
         if gpu.find(path) is not None:
             return _field(gpu, path, lambda t: "%d.%d" % tuple(int(p) for p in t.split(".")))
-    from gpudoctor.gpu_table import cc_for_name  # the XML never says it: take it from the product name
+    from gpudoctor.knowledge.gpus import cc_for_name  # the XML never says it: take it from the product name
 
     cc = cc_for_name((gpu.findtext("product_name") or "").strip())
     return ok(cc, "nvidia-smi+name table") if cc else missing(NOT_SUPPORTED, "nvidia-smi -q -x does not report compute capability", SOURCE)
