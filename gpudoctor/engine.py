@@ -1,10 +1,15 @@
-"""Run rules on a snapshot. Rules are pure; a rule that raises becomes an outcome, never a crash."""
+"""Run rules on a snapshot. Rules are pure; a rule that raises becomes an outcome, never a crash.
+
+One engine for one node or many: ``run_rules`` runs rules on one snapshot; ``run_cluster`` runs
+it on a cluster's merged snapshot for the cross-node rules (area ``cluster``) and on each node's
+own snapshot for every other rule (the caller hands over the nodes: gpudoctor/cluster.py).
+"""
 
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gpudoctor.rule import (
     FAIL,
@@ -95,6 +100,73 @@ def _run_one(snapshot: Snapshot, meta: RuleMeta, debug: List[str]) -> Outcome:
     findings = [_finding(snapshot, meta, fail) for fail in fails]
     return Outcome(meta, FAIL, findings)
 
+
+
+# --- many nodes ------------------------------------------------------------------------------------
+CROSS_NODE_AREA = "cluster"
+
+
+@dataclass
+class ClusterResult:
+    """Cross-node rules on the merged snapshot plus single-node rules on each node that answered."""
+
+    snapshot: Snapshot
+    cluster: Result  # the rules of area "cluster" on the merged snapshot
+    per_node: Dict[str, Result]  # node name -> the other rules on that node's own snapshot
+    entries: List[Dict[str, Any]]  # every node: {"name", "status", "detail", …} (gpudoctor/cluster.py)
+    debug: List[str] = field(default_factory=list)
+    spreads: List[Any] = field(default_factory=list)  # watched values across nodes, for the matrix (rules/cluster_policy.py)
+
+    @property
+    def names(self) -> List[str]:
+        return [e["name"] for e in self.entries]
+
+    def entry(self, name: str) -> Dict[str, Any]:
+        return next((e for e in self.entries if e["name"] == name), {"name": name, "status": "error"})
+
+    def node_findings(self, name: str) -> List[Finding]:
+        """That node's own findings, each labelled with the node (subject ``node`` or ``node: GPU 1``)."""
+        result = self.per_node.get(name)
+        if result is None:
+            return []
+        return [replace(f, subject=f"{name}: {f.subject}" if f.subject else name) for f in result.findings]
+
+    @property
+    def cluster_findings(self) -> List[Finding]:
+        return list(self.cluster.findings)
+
+    @property
+    def findings(self) -> List[Finding]:
+        found = self.cluster_findings + [f for name in self.names for f in self.node_findings(name)]
+        return sorted(found, key=lambda f: (-SEVERITY_RANK[f.severity], f.rule_id, f.subject))
+
+    def counts(self) -> Dict[str, int]:
+        total: Dict[str, int] = {}
+        for result in [self.cluster] + list(self.per_node.values()):
+            for key, value in result.counts().items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    def blocking(self, fail_on: str) -> List[Finding]:
+        return blocking(self.findings, fail_on)
+
+
+def run_cluster(snapshot: Snapshot, rules: Sequence[RuleMeta], entries: Sequence[Dict[str, Any]],
+                nodes: Sequence[Tuple[str, Snapshot]], spreads: Sequence[Any] = ()) -> ClusterResult:
+    """Rules of area ``cluster`` on the merged snapshot; every other rule on each node's own.
+
+    ``entries``: every node of the cluster (gpudoctor.cluster.node_entries); ``nodes``: (name,
+    snapshot) of those that answered (gpudoctor.cluster.reachable); ``spreads``: carried for the
+    renderers (the cross-node policy's watched values)."""
+    cross = [r for r in rules if r.area == CROSS_NODE_AREA]
+    single = [r for r in rules if r.area != CROSS_NODE_AREA]
+    merged = run_rules(snapshot, cross)
+    debug = list(merged.debug)
+    per_node: Dict[str, Result] = {}
+    for name, snap in nodes:
+        per_node[name] = run_rules(snap, single)
+        debug.extend(f"[{name}] {text}" for text in per_node[name].debug)
+    return ClusterResult(snapshot, merged, per_node, list(entries), debug, list(spreads))
 
 # --- typed facts ---------------------------------------------------------------------------------
 # A snapshot is data from another machine or another tool version: a fact can hold a string where

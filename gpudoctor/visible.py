@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 # ASCII digits only: str.isdigit() also accepts "²" or "٣", which int() rejects or CUDA never reads.
 # At most 18 digits: a longer "index" resolves to no GPU anyway, and int() of 5,000 digits raises.
@@ -66,3 +66,8 @@ def visible_gpus(snap) -> List[int]:
     uuids = [snap.value(f"gpu.{i}.uuid") for i in snap.gpu_indices()]
     env = snap.value("env", {}) or {}
     return resolve(env.get("CUDA_VISIBLE_DEVICES") if isinstance(env, dict) else None, uuids).indices
+
+
+def gpu_kinds(snap) -> List[Tuple[str, str]]:
+    """(name, compute capability) of each visible GPU, in order."""
+    return [(str(snap.value(f"gpu.{i}.name") or "?"), str(snap.value(f"gpu.{i}.compute_capability") or "?")) for i in visible_gpus(snap)]

@@ -6,7 +6,7 @@ every node's facts under ``node.<name>.``), built by ``gpudoctor cluster`` over 
 ``gpudoctor check --snapshot a.json --snapshot b.json`` from files. On a single-node
 snapshot they are not applicable. The single-node rules run on each node separately.
 
-Skew rules compare the configurable list ``gpudoctor.cluster.WATCHES`` and name the node(s)
+Skew rules compare the configurable list ``WATCHES`` (rules/cluster_policy.py) and name the node(s)
 out of step with the majority; a value a node could not collect is left out of the
 comparison, never counted as a difference.
 """
@@ -16,23 +16,12 @@ from __future__ import annotations
 import shlex
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from gpudoctor.cluster import (
-    NODE_OK,
-    NODE_TIMEOUT,
-    NOT_INSTALLED,
-    UNREACHABLE,
-    UNSET,
-    Spread,
-    gpu_kinds,
-    is_cluster,
-    node_entries,
-    plan,
-    reachable,
-    spreads,
-    visible_gpus,
-)
+from gpudoctor.cluster import NODE_OK, NODE_TIMEOUT, UNREACHABLE, is_cluster, node_entries, plan, reachable
 from gpudoctor.rule import ERROR, SEVERITY_RANK, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 from gpudoctor.snapshot import gib
+from gpudoctor.visible import gpu_kinds, visible_gpus
+
+from .cluster_policy import NOT_INSTALLED, UNSET, Spread, spreads
 
 SINGLE_NODE = "a single-node snapshot (run `gpudoctor cluster`, or check several --snapshot files)"
 

@@ -16,6 +16,7 @@ import pytest
 
 from gpudoctor import cluster, registry
 from gpudoctor.cli import main
+from gpudoctor.commands.cluster import evaluate
 from gpudoctor.engine import run_rules
 from gpudoctor.render import matrix
 from gpudoctor.rule import NOT_APPLICABLE
@@ -284,7 +285,7 @@ def test_markdown_and_cluster_markdown(tmp_path):
     assert "| | gpu1 | gpu2 | gpu3 |" in out
     assert "| **≠ torch** | 2.11.0+cu130 (CUDA 13.0) | 2.11.0+cu130 (CUDA 13.0) | 2.10.0+cu129 (CUDA 13.0) |" in out
     assert "#### ERROR GD903 cluster-stack-skew (gpu3)" in out and "### Node gpu2" in out
-    result = cluster.run(cluster.from_files(files), RULES)
+    result = evaluate(cluster.from_files(files), RULES)
     assert matrix.markdown(result) == out  # what `gpudoctor report` writes for a cluster
 
 

@@ -119,13 +119,23 @@ def _plan(args) -> Dict[str, int]:
     return sizes
 
 
+def evaluate(snapshot, rules):
+    """The engine on a cluster snapshot (cross-node rules on the merged one, the others on each
+    node's own), with the cross-node policy's watched values for the matrix."""
+    from gpudoctor import cluster
+    from gpudoctor.engine import run_cluster
+    from gpudoctor_rules.cluster_policy import spreads
+
+    return run_cluster(snapshot, rules, cluster.node_entries(snapshot), cluster.reachable(snapshot), spreads(snapshot))
+
+
 def report(snapshot, rules, args, io: IO) -> int:
     """Run the rules on a cluster snapshot, render it, return the exit code."""
     from gpudoctor import cluster
     from gpudoctor.redact import Identities, Redactor
     from gpudoctor.render import matrix
 
-    result = cluster.run(snapshot, rules)
+    result = evaluate(snapshot, rules)
     if getattr(args, "verbose", False):
         for text in result.debug:
             io.stderr.write(text + "\n")

@@ -129,12 +129,13 @@ def run(args, io: IO) -> int:
 
 def _cluster_report(snapshot, args, io: IO) -> int:
     """One report covering every node: the matrix, the findings by node, the merged snapshot."""
-    from gpudoctor import cluster, redact, registry
+    from gpudoctor import redact, registry
+    from gpudoctor.commands.cluster import evaluate
     from gpudoctor.render import matrix
 
     if args.url or args.log or args.bundle:
         raise UsageError("--url, --log and --bundle describe one machine; run `gpudoctor report` on that node")
-    result = cluster.run(snapshot, registry.load_rules())
+    result = evaluate(snapshot, registry.load_rules())
     redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, secrets=not args.no_redact, environ=io.environ)
     if args.format == "json":
         text = redactor(json.dumps(redactor.data(matrix.document(result, args.fail_on), strings=False), indent=1,

@@ -2,8 +2,9 @@
 findings grouped by node — as terminal lines, one JSON document, or Markdown.
 
 The matrix has fixed rows (driver, GPUs, Python, torch, vLLM, flash-attn, NCCL, /dev/shm …)
-plus a row for every watched value that differs between nodes (gpudoctor.cluster.spreads),
-so whatever a skew rule names is also visible in the table.
+plus a row for every watched value that differs between nodes (``ClusterResult.spreads``, the
+cross-node policy's values from rules/cluster_policy.py, handed over by the command), so
+whatever a skew rule names is also visible in the table.
 """
 
 from __future__ import annotations
@@ -13,18 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from gpudoctor import __version__
-from gpudoctor.cluster import (
-    NODE_OK,
-    SOURCE_FACT,
-    ClusterResult,
-    gpu_kinds,
-    normalize,
-    spreads,
-)
+from gpudoctor.cluster import NODE_OK, SOURCE_FACT, node_snapshot, normalize
+from gpudoctor.engine import ClusterResult
 from gpudoctor.render.headlines import context
 from gpudoctor.render.text import ASCII, STYLES, UNICODE, Line, area_counts, area_state, finding_lines
 from gpudoctor.rule import AREA_TITLES, NOT_APPLICABLE, PASS, UNKNOWN
 from gpudoctor.snapshot import Snapshot, gib
+from gpudoctor.visible import gpu_kinds
 
 SCHEMA_VERSION = 1
 CELL_WIDTH = 26
@@ -172,7 +168,7 @@ def rows(result: ClusterResult) -> List[Row]:
         values = {n: cell(n, reader) for n in names}
         out.append(Row(label, values, _differs({n: values[n] for n in ok_names}), paths[0]))
         covered.update(paths)
-    for spread in spreads(result.snapshot):
+    for spread in result.spreads:
         if not spread.differs or spread.path in covered:
             continue
         values = {n: spread.values.get(n, "?" if n in ok_names else "") for n in names}
@@ -186,8 +182,6 @@ def _differs(values: Dict[str, str]) -> bool:
 
 
 def _node(result: ClusterResult, name: str) -> Snapshot:
-    from gpudoctor.cluster import node_snapshot
-
     return node_snapshot(result.snapshot, name)
 
 
