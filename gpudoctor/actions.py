@@ -60,19 +60,6 @@ class RemoveFile:
 
 
 Action = Any  # StopProcess | RemoveFile
-ACTION_TYPES = {cls.type: cls for cls in (StopProcess, RemoveFile)}
-
-
-def action_from_json(data: Dict[str, Any]) -> Action:
-    """The inverse of ``to_json``; ValueError for anything that is not a known action."""
-    if not isinstance(data, dict) or data.get("type") not in ACTION_TYPES:
-        raise ValueError(f"not a fix action: {str(data)[:80]}")
-    cls = ACTION_TYPES[data["type"]]
-    fields = {k: v for k, v in data.items() if k != "type"}
-    try:
-        return cls(**fields)
-    except TypeError as exc:
-        raise ValueError(f"bad {data['type']} action: {exc}") from None
 
 
 def _size(nbytes: int) -> str:

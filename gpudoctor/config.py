@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 KEYS = {"select": "select", "ignore": "ignore", "fail-on": "fail_on", "fail_on": "fail_on", "port": "port",
         "timeout": "timeout", "format": "format"}
@@ -255,7 +255,3 @@ def _strip_comment(value: str) -> str:
         elif char == "#" and quote is None:
             return value[:i].strip()
     return value
-
-
-def sources_table(args) -> List[Tuple[str, Any, str]]:
-    return [(dest, value, where) for dest, (value, where) in getattr(args, "config_sources", {}).items()]

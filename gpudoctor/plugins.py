@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Iterable, List, Optional, Sequence, Set, Tuple
 
 from gpudoctor import rule as rule_module
 from gpudoctor.rule import AREA_TITLES, EXTRA_AREAS, NAME_PATTERN, SEVERITY_RANK, RuleMeta
@@ -143,7 +143,3 @@ def _invalid(meta: RuleMeta, ids: Set[str], names: Set[str]) -> str:
     if meta.severity not in SEVERITY_RANK:
         return f"rule {meta.id}: unknown severity {meta.severity!r}"
     return ""
-
-
-def areas_of(rules: Iterable[RuleMeta]) -> Dict[str, str]:
-    return {m.area: rule_module.area_title(m.area) for m in rules}

@@ -15,8 +15,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor.rule import WARNING, Fail, Fix, NotApplicable, Unknown, rule
 
-VLLM_REASONING_DOCS = "https://docs.vllm.ai/en/latest/features/reasoning_outputs.html"
-VLLM_TOOL_DOCS = "https://docs.vllm.ai/en/latest/features/tool_calling.html"
 # A parser-name suffix that says "the plain format" rather than a model variant: among
 # several parsers of one family (qwen3_json, qwen3_xml, qwen3_coder) it is the default.
 FORMAT_WORDS = ("json",)

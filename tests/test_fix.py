@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pty
 import select
@@ -39,16 +38,11 @@ def remove(path: str) -> actions.RemoveFile:
     return actions.RemoveFile(path, info.st_dev, info.st_ino, info.st_uid, info.st_size, "root")
 
 
-def test_actions_are_data_and_round_trip():
+def test_actions_are_data():
     planned = [actions.StopProcess(645, 123, 0, "VLLM::EngineCore", "root"), actions.RemoveFile("/dev/shm/psm_deadbeef", 1, 2, 0, 4096)]
-    for action in planned:
-        assert actions.action_from_json(json.loads(json.dumps(action.to_json()))) == action
     assert Fix("x", actions=planned).to_json()["actions"][0] == {"type": "stop_process", "pid": 645, "start_ticks": 123,
                                                                   "uid": 0, "title": "VLLM::EngineCore", "user": "root"}
     assert "actions" not in Fix("x").to_json()  # other rules' JSON is unchanged
-    for bad in ({"type": "run_shell", "command": "rm -rf /"}, {"type": "stop_process", "pid": 1, "signal": 9}, []):
-        with pytest.raises(ValueError):
-            actions.action_from_json(bad)
 
 
 def test_plan_deduplicates_and_puts_processes_first():

@@ -9,7 +9,6 @@ from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, ru
 from .common import _applies, _args, _command_with, _config, _int, _spec, _vllm_version
 
 SPEC_WITH_AUX_LAYERS = {"dflash", "eagle3", "dspark", "extract_hidden_states"}
-SPEC_WITHOUT_DRAFTER = {"ngram", "ngram_gpu", "suffix"}
 
 @rule("GD716", "speculative-method-unknown", severity=ERROR, area="launch")
 def speculative_method_unknown(snap):
