@@ -323,6 +323,23 @@ def _gpu_nodes(nodes) -> Tuple[Dict[str, List[Tuple[str, str]]], List[str], List
     return kinds, cpu_only, unknown
 
 
+def _gpu_groups(snap, key):
+    """((kinds per GPU node, CPU-only nodes, {key(kinds): nodes}), None), or (None, the outcome)
+    when fewer than two nodes with GPUs answered."""
+    nodes, na = _cluster_nodes(snap)
+    if na:
+        return None, na
+    kinds, cpu_only, unknown = _gpu_nodes(nodes)
+    if len(kinds) < 2:
+        if unknown:
+            return None, Unknown(f"GPUs not read on {_names(unknown)}")
+        return None, NotApplicable(f"{len(kinds)} node(s) with GPUs")
+    groups: Dict[object, List[str]] = {}
+    for name, found in kinds.items():
+        groups.setdefault(key(found), []).append(name)
+    return (kinds, cpu_only, groups), None
+
+
 @rule("GD905", "cluster-gpu-models-differ", severity=WARNING, area="cluster")
 def gpu_models_differ(snap):
     """The nodes have different GPU models or compute capabilities.
@@ -343,18 +360,10 @@ def gpu_models_differ(snap):
       heterogeneity"; TP = GPUs per node, PP = number of nodes).
     - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
-    nodes, na = _cluster_nodes(snap)
-    if na:
-        return na
-    kinds, cpu_only, unknown = _gpu_nodes(nodes)
-    if len(kinds) < 2:
-        if unknown:
-            return Unknown(f"GPUs not read on {_names(unknown)}")
-        return NotApplicable(f"{len(kinds)} node(s) with GPUs")
-    sets = {name: tuple(sorted(set(k))) for name, k in kinds.items()}
-    groups: Dict[Tuple, List[str]] = {}
-    for name, key in sets.items():
-        groups.setdefault(key, []).append(name)
+    found, outcome = _gpu_groups(snap, lambda k: tuple(sorted(set(k))))
+    if outcome:
+        return outcome
+    kinds, _, groups = found
     if len(groups) < 2:
         return None
     ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
@@ -399,18 +408,11 @@ def gpu_counts_differ(snap):
     - Ray docs, "Accelerator support" (`ray start --num-gpus`, CUDA_VISIBLE_DEVICES).
     - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
-    nodes, na = _cluster_nodes(snap)
-    if na:
-        return na
-    kinds, cpu_only, unknown = _gpu_nodes(nodes)
-    if len(kinds) < 2:
-        if unknown:
-            return Unknown(f"GPUs not read on {_names(unknown)}")
-        return NotApplicable(f"{len(kinds)} node(s) with GPUs")
+    found, outcome = _gpu_groups(snap, len)
+    if outcome:
+        return outcome
+    kinds, cpu_only, groups = found
     counts = {name: len(k) for name, k in kinds.items()}
-    groups: Dict[int, List[str]] = {}
-    for name, count in counts.items():
-        groups.setdefault(count, []).append(name)
     if len(groups) < 2:
         return None
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), -item[0]))
