@@ -183,6 +183,9 @@ def test_a_fact_a_node_could_not_collect_is_not_a_difference(tmp_path):
                            "--select", "GD902")
     outcome = next(o for o in doc["outcomes"]["across_nodes"] if o["id"] == "GD902")
     assert outcome["status"] == "pass", outcome
+    # The matrix agrees with the rule: the row shows the timeout but is not marked as differing.
+    row = next(r for r in doc["matrix"]["rows"] if r["label"] == "driver")
+    assert row["values"]["b"] == "(timeout)" and not row["differs"], row
     # …but an absent torch on one node is one.
     c = put(load("h200.json"), "torch.version", None, "absent", "no torch/version.py")
     code, doc, _ = gd_json("check", "--snapshot", write(tmp_path, "a", a), "--snapshot", write(tmp_path, "c", c),

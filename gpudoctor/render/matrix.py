@@ -163,10 +163,15 @@ def rows(result: ClusterResult) -> List[Row]:
         out.append(Row("address", {n: str(entries[n].get("address") or "") for n in names}, False))
     out.append(Row("gpudoctor", {n: str((entries[n].get("meta") or {}).get("gpudoctor") or "") if n in ok_names else "" for n in names},
                    _differs({n: str((entries[n].get("meta") or {}).get("gpudoctor") or "") for n in ok_names})))
+    # A row the cross-node policy watches differs exactly when its spreads do (what the skew rules
+    # GD902-GD904 judge: a value a node could not read is not a difference); other rows by their text.
+    watched = {spread.path: spread for spread in result.spreads}
     covered = set()
     for label, paths, reader in FACT_ROWS:
         values = {n: cell(n, reader) for n in names}
-        out.append(Row(label, values, _differs({n: values[n] for n in ok_names}), paths[0]))
+        judged = [watched[path] for path in paths if path in watched]
+        differs = any(s.differs for s in judged) if judged else _differs({n: values[n] for n in ok_names})
+        out.append(Row(label, values, differs, paths[0]))
         covered.update(paths)
     for spread in result.spreads:
         if not spread.differs or spread.path in covered:
