@@ -1,9 +1,7 @@
-"""``--gpu SPEC``: check an environment against a GPU that is not present, and the GPUs a kernel
-rule judges.
+"""``--gpu SPEC``: check an environment against a GPU that is not present.
 
 - ``parse_spec`` reads ``[N x]GPU[-MEM]`` (``sm_80``, ``8.6``, ``86``, ``A100``, ``H100``,
   ``"RTX 4090"``, ``2xH100-80GB``) and ``override_snapshot`` puts those GPUs into a snapshot.
-- ``gpus_to_judge``: the distinct GPUs (by compute capability) of a snapshot.
 
 The tables (names, compute capabilities, memory) and which code runs where are knowledge:
 gpudoctor/knowledge/gpus.py.
@@ -13,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Optional
 
 from gpudoctor.knowledge.gpus import KNOWN_CCS, cc_for_name, family_for_cc, table_memory
 
@@ -120,16 +118,3 @@ def override_snapshot(snapshot, spec: GpuSpec, text: str) -> None:
             snapshot.facts[f"gpu.{index}.memory_reserved"] = ok(0, source, "assumed idle")
             snapshot.facts[f"gpu.{index}.processes"] = ok([], source, "assumed idle")
     snapshot.meta["gpu_override"] = text
-
-
-def gpus_to_judge(snap) -> List[Dict[str, Any]]:
-    """The distinct GPUs (by compute capability) a kernel rule should judge against."""
-    seen: Dict[str, Dict[str, Any]] = {}
-    for index in snap.gpu_indices():
-        cc = snap.value(f"gpu.{index}.compute_capability")
-        if not cc:
-            name = snap.value(f"gpu.{index}.name")
-            cc = cc_for_name(name)
-        if cc and cc not in seen:
-            seen[cc] = {"cc": cc, "index": index, "name": snap.value(f"gpu.{index}.name") or f"GPU {index}"}
-    return list(seen.values())

@@ -6,8 +6,7 @@ import os
 import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpudoctor.gpu_table import gpus_to_judge
-from gpudoctor.knowledge.gpus import describe_archs, kernel_support
+from gpudoctor.knowledge.gpus import describe_archs, gpus_to_judge, kernel_support
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Passed, Unknown, rule
 
 from .driver import TOOLKIT_DRIVER, version_tuple

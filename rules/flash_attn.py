@@ -13,8 +13,7 @@ import os
 import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpudoctor.gpu_table import gpus_to_judge
-from gpudoctor.knowledge.gpus import kernel_support
+from gpudoctor.knowledge.gpus import gpus_to_judge, kernel_support
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 
 from .driver import version_tuple

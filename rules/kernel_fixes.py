@@ -25,7 +25,7 @@ import os
 import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpudoctor.gpu_table import kernel_support
+from gpudoctor.knowledge.gpus import kernel_support
 from gpudoctor.rule import Fix
 
 from .driver import version_tuple

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 # (regex on the product name, compute capability, family). The first match wins, so the
 # more specific names come first ("RTX 4000 SFF Ada" before "Quadro RTX 4000").
@@ -162,3 +162,17 @@ def describe_archs(sm_variants: Sequence[Any], ptx: Sequence[Any]) -> str:
     parts = [str(a) if str(a).startswith("sm_") else f"sm_{a}" for a in sm_variants]
     parts += [f"compute_{_split_sm(a)[0] * 10 + _split_sm(a)[1]}" if _split_sm(a) else str(a) for a in ptx]
     return ", ".join(parts) if parts else "none"
+
+
+def gpus_to_judge(snap) -> List[Dict[str, Any]]:
+    """The distinct GPUs (by compute capability) of a snapshot that kernel checks judge against
+    (``snap``: anything with ``gpu_indices()`` and ``value(path)``, a Snapshot)."""
+    seen: Dict[str, Dict[str, Any]] = {}
+    for index in snap.gpu_indices():
+        cc = snap.value(f"gpu.{index}.compute_capability")
+        if not cc:
+            name = snap.value(f"gpu.{index}.name")
+            cc = cc_for_name(name)
+        if cc and cc not in seen:
+            seen[cc] = {"cc": cc, "index": index, "name": snap.value(f"gpu.{index}.name") or f"GPU {index}"}
+    return list(seen.values())

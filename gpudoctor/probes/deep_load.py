@@ -30,7 +30,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from gpudoctor import runner
-from gpudoctor.gpu_table import gpus_to_judge, kernel_support
+from gpudoctor.knowledge.gpus import gpus_to_judge, kernel_support
 from gpudoctor.snapshot import ABSENT, ERROR, TIMEOUT, Fact, missing, ok
 
 MAX_LOADS = 8
