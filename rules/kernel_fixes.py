@@ -214,6 +214,14 @@ def _cause(entry: Dict[str, Any], sm: str, snap) -> str:
     cause = entry.get("cause")
     if cause == "missing_library":
         lib = entry.get("missing_library")
+        if str(lib).startswith(("libc10", "libtorch", "libshm")):
+            value = snap.value("kernels.load_check")
+            torch = (value.get("torch") if isinstance(value, dict) else None) or {}
+            if torch.get("status") == "error":
+                return (f"it is a torch extension and torch does not import here ({str(torch.get('error'))[:160]}): "
+                        f"a different cause than the missing sm_{sm} code, and it fails first")
+            return (f"it is a torch extension and the installed torch {snap.value('torch.version') or ''} has no {lib}: it was "
+                    f"built against another torch; a different cause than the missing sm_{sm} code, and it fails first").replace("  ", " ")
         if entry.get("cuda_runtime_major"):
             return (f"it was built with CUDA {entry['cuda_runtime_major']} and that CUDA runtime ({lib}) is not on the loader's path: "
                     f"a different cause than the missing sm_{sm} code, and it fails first")

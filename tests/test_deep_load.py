@@ -6,7 +6,9 @@ Real venvs holding real nvcc-built binaries under packages gpudoctor has never h
 - tests/fixtures/loader/libk_sm86_cudart12.so: NEEDED libcudart.so.12, which is not installed
   ("libcudart.so.12: cannot open shared object file");
 - tests/fixtures/loader/libk_sm86_c10.so: calls c10::cuda::SetDevice without torch
-  ("undefined symbol: _ZN3c104cuda9SetDeviceEa").
+  ("undefined symbol: _ZN3c104cuda9SetDeviceEa");
+- tests/fixtures/loader/libk_sm86_libc10.so: NEEDED libc10.so, as a torch extension (loads once
+  torch is imported: tests/real/test_real_deep_load.py; here torch is not installed).
 listing.txt there has cuobjdump's and readelf's view of both (build.sh rebuilds them).
 """
 
@@ -25,6 +27,7 @@ from test_python_option_e2e import gd
 LOADER = Path(__file__).resolve().parent / "fixtures" / "loader"
 CUDART12 = LOADER / "libk_sm86_cudart12.so"
 C10 = LOADER / "libk_sm86_c10.so"
+LIBC10 = LOADER / "libk_sm86_libc10.so"
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +38,7 @@ def venv(tmp_path_factory):
     site.dist("team-kernels", "0.3.1", files={"teamkernels/__init__.py": "", "teamkernels/ops/cuda/_sm86.so": SM86})
     site.dist("cu12-kernels", "1.2", files={"cu12kernels/__init__.py": "", "cu12kernels/lib/_ops.so": CUDART12})
     site.dist("torch-ext", "0.4", files={"torchext/__init__.py": "", "torchext/_C.so": C10})
+    site.dist("needs-torch", "0.5", files={"needstorch/__init__.py": "", "needstorch/_C.so": LIBC10})
     return python, site
 
 
@@ -49,8 +53,8 @@ def check(python, *extra, gpu="H100"):
 def test_the_fixtures_are_what_listing_txt_says():
     listing = (LOADER / "listing.txt").read_text(encoding="utf-8")
     assert "Shared library: [libcudart.so.12]" in listing and "UND _ZN3c104cuda9SetDeviceEa" in listing
-    assert listing.count("sm_86.cubin") == 3 and "No PTX file found" in listing
-    for path in (CUDART12, C10):  # what the kernel scan reads agrees with cuobjdump
+    assert listing.count("sm_86.cubin") == 5 and "No PTX file found" in listing and "Shared library: [libc10.so]" in listing
+    for path in (CUDART12, C10, LIBC10):  # what the kernel scan reads agrees with cuobjdump
         scan = fatbin.scan(str(path)).to_json()
         assert (scan["status"], scan["sm_variants"], scan["ptx_variants"]) == ("ok", ["sm_86"], [])
 
@@ -81,6 +85,12 @@ def test_deep_quotes_the_loader_and_names_the_cause(venv):
     assert '--deep: loading _C.so fails before any kernel runs: "undefined symbol: _ZN3c104cuda9SetDeviceEa"' in c10
     assert "the symbol is torch's (c10/ATen), and torch is not installed here" in c10
 
+    # NEEDED libc10.so: retried after `import torch`, which fails here (no torch in this venv)
+    assert fact["value"]["torch"]["status"] == "error" and "No module named 'torch'" in fact["value"]["torch"]["error"]
+    assert by_dist["needs-torch"]["missing_library"] == "libc10.so"
+    assert ('"libc10.so: cannot open shared object file: No such file or directory" — it is a torch extension and torch '
+            "does not import here (ModuleNotFoundError: No module named 'torch')") in findings["needs-torch"]["message"]
+
 
 def test_without_deep_nothing_is_loaded(venv):
     python, _ = venv
@@ -109,8 +119,8 @@ def test_never_loaded_in_the_doctors_process_and_bounded(venv, monkeypatch):
     monkeypatch.setattr(deep_load, "MAX_LOADS", 2)
     facts = deep_load.load(snap, Context(python=str(python), deep=True, environ=dict(os.environ), timeout=30))
     value = facts["kernels.load_check"].value
-    assert [Path(b["path"]).name for b in value["binaries"]] == ["_ops.so", "_sm86.so"]  # by path: cu12kernels, teamkernels
-    assert value["left_out"] == 1 and "1 more not loaded (at most 2)" in facts["kernels.load_check"].detail
+    assert [Path(b["path"]).name for b in value["binaries"]] == ["_ops.so", "_C.so"]  # by path: cu12kernels, needstorch
+    assert value["left_out"] == 2 and "2 more not loaded (at most 2)" in facts["kernels.load_check"].detail
     with open("/proc/self/maps", encoding="utf-8") as maps:
         mapped = maps.read()
     assert str(site.path) not in mapped  # the child loaded them, this process did not
