@@ -39,7 +39,7 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="deadline for all probes together (default 10 s)")
     parser.add_argument("--root", default="/", help=argparse.SUPPRESS)  # fake filesystem root, for tests
     parser.add_argument("--python", metavar="PY", help="inspect the environment of this interpreter (e.g. the venv vLLM lives in) instead of gpudoctor's own")
-    parser.add_argument("--deep", action="store_true", help="also import the stack's compiled extensions in a child interpreter (with a timeout) to confirm undefined-symbol errors")
+    parser.add_argument("--deep", action="store_true", help="also load, in a child interpreter with a timeout, the stack's compiled extensions and every CUDA binary without code for the GPU (nothing launched): what the loader says (undefined symbol, missing library) goes into the findings")
     parser.add_argument("--gpu", metavar="SPEC", help='judge against this target instead of the GPUs present: [COUNTx]GPU[-MEMORY], e.g. sm_80, A100, H200, '
                              '2xH100-80GB, 8xA100-40GB, "A100 80GB" (kernels, arch lists, TP/PP, memory fit)')
 
