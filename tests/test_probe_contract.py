@@ -47,3 +47,27 @@ def test_a_command_knows_what_exec_runs_before_anything_is_looked_up():
     command = read_command(["HF_HUB_OFFLINE=1", "nohup", "vllm", "serve", "m", "--port", "9"])
     assert command.exec_argv == ["nohup", "vllm", "serve", "m", "--port", "9"]
     assert command.program_argv == ["vllm", "serve", "m", "--port", "9"] and command.env == {"HF_HUB_OFFLINE": "1"}
+
+
+def test_one_port_scan_for_the_machine_probe_and_the_smoke_check():
+    """smoke's "who holds the port" reads /proc and netlink through probes/processes.py, like processes.port."""
+    import os
+    import re
+    import socket
+
+    from gpudoctor.probes.processes import listening_processes, matching_processes
+    from gpudoctor.probes.smoke.ready import is_this_machine, port_owners
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        found = listening_processes(port)
+        assert [(item["address"], item["pids"]) for item in found] == [("127.0.0.1", [os.getpid()])]
+        assert any(item.get("port") == port and os.getpid() in item["pids"] for item in listening_processes(None))
+        owners = port_owners("127.0.0.1", port)
+        assert owners is not None and owners["listeners"][0]["pid"] == os.getpid()
+        assert owners["listeners"][0]["address"] == f"127.0.0.1:{port}" and "python" in owners["listeners"][0]["cmdline"]
+    assert port_owners("203.0.113.7", port) is None  # TEST-NET-3: not this machine
+    assert is_this_machine("localhost") and is_this_machine("::1") and not is_this_machine("example.invalid")
+    assert os.getpid() not in matching_processes(re.compile("python|pytest"), 1000)

@@ -124,10 +124,10 @@ def read_uids(proc: str, pid: int) -> Optional[Tuple[int, int, int]]:
     return None
 
 
-def read_argv(proc: str, pid: int) -> Optional[List[str]]:
+def read_argv(proc: str, pid: int, limit: int = CMDLINE_LIMIT) -> Optional[List[str]]:
     try:
         with open(f"{proc}/{pid}/cmdline", "rb") as handle:
-            data = handle.read(CMDLINE_LIMIT)
+            data = handle.read(limit)
     except OSError:
         return None
     return [part.decode("utf-8", "replace") for part in data.split(b"\0") if part]
@@ -367,8 +367,9 @@ def _user_names(uids: Iterable[int]) -> Dict[str, str]:
 
 
 # --- the serving port ------------------------------------------------------------------------------
-def parse_net_tcp(text: str, port: int, family: int) -> List[Dict[str, Any]]:
-    """LISTEN sockets on ``port`` from /proc/net/tcp or tcp6 text (garbage lines are skipped)."""
+def parse_net_tcp(text: str, port: Optional[int], family: int) -> List[Dict[str, Any]]:
+    """LISTEN sockets on ``port`` from /proc/net/tcp or tcp6 text (garbage lines are skipped).
+    ``port`` None: on every port, each entry with its ``port``."""
     out = []
     for line in text.splitlines()[1:]:
         fields = line.split()
@@ -376,10 +377,14 @@ def parse_net_tcp(text: str, port: int, family: int) -> List[Dict[str, Any]]:
             continue
         try:
             address, _, port_hex = fields[1].partition(":")
-            if int(port_hex, 16) != port:
+            number = int(port_hex, 16)
+            if port is not None and number != port:
                 continue
-            out.append({"address": _ip(address, family), "family": family, "uid": int(fields[7]),
-                        "inode": int(fields[9]), "pids": []})
+            item = {"address": _ip(address, family), "family": family, "uid": int(fields[7]),
+                    "inode": int(fields[9]), "pids": []}
+            if port is None:
+                item["port"] = number
+            out.append(item)
         except ValueError:
             continue
     return out
@@ -421,8 +426,9 @@ def socket_owners(proc: str, inodes: Set[int], candidates: Iterable[int]) -> Dic
     return owners
 
 
-def listeners_netlink(port: int) -> List[Dict[str, Any]]:
-    """LISTEN sockets on ``port`` through NETLINK_SOCK_DIAG (what ``ss -lt`` uses).
+def listeners_netlink(port: Optional[int]) -> List[Dict[str, Any]]:
+    """LISTEN sockets on ``port`` (None: every port, each entry with its ``port``) through
+    NETLINK_SOCK_DIAG (what ``ss -lt`` uses).
 
     Asking for the LISTEN state only, the kernel walks just its listening hash: 0.2 ms,
     where reading /proc/net/tcp + tcp6 walks the whole established-connections table
@@ -460,25 +466,28 @@ def listeners_netlink(port: int) -> List[Dict[str, Any]]:
                     body = offset + 16  # struct inet_diag_msg
                     state = data[body + 1]
                     sport = struct.unpack_from("!H", data, body + 4)[0]
-                    if state == 10 and sport == port:
+                    if state == 10 and (port is None or sport == port):
                         raw = data[body + 8 : body + 8 + (4 if family == socket.AF_INET else 16)]
                         uid, inode = struct.unpack_from("=II", data, body + 64)
-                        out.append({"address": socket.inet_ntop(family, raw), "family": version, "uid": uid,
-                                    "inode": inode, "pids": []})
+                        item = {"address": socket.inet_ntop(family, raw), "family": version, "uid": uid,
+                                "inode": inode, "pids": []}
+                        if port is None:
+                            item["port"] = sport
+                        out.append(item)
                     offset += (length + 3) & ~3
     return out
 
 
-def _port(ctx, proc: str, index: Dict[str, List[Any]], serving: List[Dict[str, Any]]) -> Fact:
-    port = int(getattr(ctx, "port", 8000) or 8000)
-    listeners: List[Dict[str, Any]] = []
-    source = "netlink sock_diag"
+def read_listeners(ctx, port: Optional[int]) -> Optional[Tuple[List[Dict[str, Any]], str]]:
+    """(LISTEN sockets on ``port``, where they were read): netlink on the live root, else
+    ``ROOT/proc/net/tcp`` and ``tcp6``; None when neither can be read. ``port`` None: every port."""
+    proc = ctx.path("/proc")
     try:
         if not ctx.live:
             raise OSError("fake root: read its proc/net/tcp")
-        listeners = listeners_netlink(port)
+        return listeners_netlink(port), "netlink sock_diag"
     except (OSError, ValueError, IndexError, AttributeError):
-        source = f"{proc}/net/tcp"
+        listeners: List[Dict[str, Any]] = []
         read_any = False
         for name, family in (("tcp", 4), ("tcp6", 6)):
             text = ctx.read_text(f"/proc/net/{name}", limit=64 << 20)
@@ -486,8 +495,15 @@ def _port(ctx, proc: str, index: Dict[str, List[Any]], serving: List[Dict[str, A
                 continue
             read_any = True
             listeners.extend(parse_net_tcp(text, port, family))
-        if not read_any:
-            return missing(ABSENT, f"cannot read {proc}/net/tcp", SOURCE, value={"port": port})
+        return (listeners, f"{proc}/net/tcp") if read_any else None
+
+
+def _port(ctx, proc: str, index: Dict[str, List[Any]], serving: List[Dict[str, Any]]) -> Fact:
+    port = int(getattr(ctx, "port", 8000) or 8000)
+    read = read_listeners(ctx, port)
+    if read is None:
+        return missing(ABSENT, f"cannot read {proc}/net/tcp", SOURCE, value={"port": port})
+    listeners, source = read
     if listeners:
         # The socket's uid says whose process holds it: look at that user's processes first
         # (serving ones before the rest), instead of every file descriptor on the machine.
@@ -498,6 +514,71 @@ def _port(ctx, proc: str, index: Dict[str, List[Any]], serving: List[Dict[str, A
         for item in listeners:
             item["pids"] = sorted(owners.get(item["inode"], []))
     return ok({"port": port, "listeners": listeners}, f"{source}, {proc}/PID/fd")
+
+
+# --- the same scan for the smoke check: who holds a port, which processes serve ---------------------
+def listening_processes(port: Optional[int], ctx=None) -> List[Dict[str, Any]]:
+    """LISTEN sockets of this machine on ``port`` (None: every port, each with its ``port``) and the
+    PIDs holding each (``pids``), read as ``processes.port`` reads them. Only file descriptors we
+    may read are seen: another user's socket has no PIDs unless gpudoctor runs as root."""
+    if ctx is None:
+        from gpudoctor.probes import Context
+
+        ctx = Context(environ={})
+    proc = ctx.path("/proc")
+    read = read_listeners(ctx, port)
+    listeners = read[0] if read is not None else []
+    if not listeners:
+        return listeners
+    uids = {item["uid"] for item in listeners}
+    candidates = []
+    for pid in _pids(proc):
+        try:
+            if os.stat(f"{proc}/{pid}").st_uid in uids:
+                candidates.append(pid)
+        except OSError:
+            continue
+    owners = socket_owners(proc, {item["inode"] for item in listeners}, candidates)
+    for item in listeners:
+        item["pids"] = sorted(owners.get(item["inode"], []))
+    return listeners
+
+
+def matching_processes(pattern: "re.Pattern[str]", limit: int, proc: str = "/proc") -> List[int]:
+    """PIDs (ascending, at most ``limit``) whose command line, or else name, matches ``pattern``;
+    never the doctor itself."""
+    me = os.getpid()
+    found: List[int] = []
+    for pid in _pids(proc):
+        if pid == me:
+            continue
+        argv = read_argv(proc, pid)
+        text = " ".join(argv or []) or process_name(pid, proc) or ""
+        if text and pattern.search(text):
+            found.append(pid)
+            if len(found) >= limit:
+                break
+    return found
+
+
+def process_name(pid: int, proc: str = "/proc") -> Optional[str]:
+    """The process name as ps shows it: ``comm``, completed from argv[0] when the kernel cut it at 15 bytes."""
+    st = read_stat(proc, pid)
+    if st is None:
+        return None
+    if len(st.comm) >= COMM_LEN:
+        argv = read_argv(proc, pid) or []
+        base = os.path.basename(argv[0]) if argv else ""
+        if base.startswith(st.comm):
+            return base
+    return st.comm
+
+
+def _pids(proc: str) -> List[int]:
+    try:
+        return sorted(int(name) for name in os.listdir(proc) if name.isdigit())
+    except OSError:
+        return []
 
 
 # --- leftover shared memory -----------------------------------------------------------------------

@@ -139,6 +139,6 @@ def server_info(run_: Run):
         owners = port_owners(run_.client.host, run_.client.port)
         launch = launch_fact(owners.get("listeners") if owners is not None else None)
         return launch, parsers_fact(launch)
-    except Exception as exc:  # psutil or file trouble must not cost the check
+    except Exception as exc:  # /proc or file trouble must not cost the check
         failed = Fact(None, ERROR, SOURCE, f"could not read the server's launch flags: {type(exc).__name__}: {exc}")
         return failed, Fact(None, ERROR, SOURCE, failed.detail)

@@ -127,7 +127,7 @@ def _add_port_owner(run_: Run, fact: Fact) -> None:
         return
     try:
         owners = port_owners(run_.client.host, run_.client.port)
-    except Exception:  # psutil trouble must not cost the verdict
+    except Exception:  # /proc trouble must not cost the verdict
         owners = None
     if owners is None:
         return
@@ -140,61 +140,54 @@ def port_owners(host: str, port: int) -> Optional[Dict[str, Any]]:
     """Processes listening on ``port`` and inference-server processes on this machine.
 
     None when ``host`` is not this machine. Processes of other users show without a pid
-    unless gpudoctor runs as root.
+    unless gpudoctor runs as root. Read from /proc by probes/processes.py (the scan
+    ``processes.port`` uses), so it works where psutil does not import.
     """
-    import ipaddress
-    import socket
+    from gpudoctor.probes.processes import listening_processes, matching_processes
 
-    import psutil
-
-    local = {"localhost", "0.0.0.0", "::", ""}
-    try:
-        address = ipaddress.ip_address(host)
-        is_local = address.is_loopback or address.is_unspecified
-    except ValueError:
-        is_local = host.lower() in local
-        address = None
-    if not is_local:
-        try:
-            mine = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)}
-            is_local = host in mine
-        except Exception:
-            is_local = False
-    if not is_local:
+    if not is_this_machine(host):
         return None
     listeners: List[Dict[str, Any]] = []
-    try:
-        for conn in psutil.net_connections(kind="tcp"):
-            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
-                listeners.append(_process_info(conn.pid, f"{conn.laddr.ip}:{conn.laddr.port}"))
-    except (psutil.Error, OSError):
-        pass
-    servers: List[Dict[str, Any]] = []
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
-        try:
-            cmd = " ".join(proc.info.get("cmdline") or []) or proc.info.get("name") or ""
-            if SERVER_PROCESS.search(cmd) and proc.info["pid"] != os.getpid():
-                servers.append(_process_info(proc.info["pid"], None))
-        except (psutil.Error, OSError):
-            continue
-        if len(servers) >= 5:
-            break
+    for item in listening_processes(port):
+        address = f"{item['address']}:{port}"
+        listeners.extend(_process_info(pid, address) for pid in item["pids"] or [None])
+    servers = [_process_info(pid, None) for pid in matching_processes(SERVER_PROCESS, 5)]
     return {"listeners": listeners, "servers": servers}
 
 
+def is_this_machine(host: str) -> bool:
+    """A loopback or unspecified address, ``localhost``, or an address of one of this machine's
+    interfaces (the kernel binds a socket only to an address it owns)."""
+    import ipaddress
+    import socket
+
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return host.lower() in ("localhost", "0.0.0.0", "::", "")
+    if address.is_loopback or address.is_unspecified:
+        return True
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind((str(address), 0))
+        return True
+    except OSError:
+        return False
+
+
 def _process_info(pid: Optional[int], address: Optional[str]) -> Dict[str, Any]:
-    import psutil
+    from gpudoctor.probes.processes import process_name, read_argv
 
     info: Dict[str, Any] = {"pid": pid}
     if address:
         info["address"] = address
     if pid:
-        try:
-            proc = psutil.Process(pid)
-            info["name"] = proc.name()
-            info["cmdline"] = " ".join(proc.cmdline())[:160]
-        except (psutil.Error, OSError):
-            pass
+        name = process_name(pid)
+        argv = read_argv("/proc", pid)
+        if name is not None and argv is not None:
+            info["name"] = name
+            info["cmdline"] = " ".join(argv)[:160]
     return info
 
 
@@ -221,23 +214,18 @@ def choose_model(opts: Options, models: Optional[List[Dict[str, Any]]]) -> Tuple
 # --- check --smoke without a URL -----------------------------------------------------------
 def discover_url() -> Tuple[str, str]:
     """(URL, how it was chosen): an inference server listening on this machine, else the default."""
+    from gpudoctor.probes.processes import listening_processes, read_argv
+
     found: List[Tuple[int, str, str]] = []
     try:
-        import psutil
-
-        for conn in psutil.net_connections(kind="tcp"):
-            if conn.status != psutil.CONN_LISTEN or not conn.pid or not conn.laddr:
-                continue
-            try:
-                cmd = " ".join(psutil.Process(conn.pid).cmdline())
-            except (psutil.Error, OSError):
-                continue
-            if not SERVER_PROCESS.search(cmd) or conn.pid == os.getpid():
-                continue
-            ip = conn.laddr.ip
-            host = "127.0.0.1" if ip in ("", "0.0.0.0", "127.0.0.1") else ("[::1]" if ip in ("::", "::1") else (f"[{ip}]" if ":" in ip else ip))
-            found.append((0 if conn.laddr.port == 8000 else conn.laddr.port, f"http://{host}:{conn.laddr.port}",
-                          f"pid {conn.pid} listening on port {conn.laddr.port}: {cmd[:100]}"))
+        for item in listening_processes(None):
+            for pid in item["pids"]:
+                cmd = " ".join(read_argv("/proc", pid) or [])
+                if not SERVER_PROCESS.search(cmd) or pid == os.getpid():
+                    continue
+                ip, port = item["address"], item["port"]
+                host = "127.0.0.1" if ip in ("", "0.0.0.0", "127.0.0.1") else ("[::1]" if ip in ("::", "::1") else (f"[{ip}]" if ":" in ip else ip))
+                found.append((0 if port == 8000 else port, f"http://{host}:{port}", f"pid {pid} listening on port {port}: {cmd[:100]}"))
     except Exception:  # discovery is a convenience; never a failure
         found = []
     if found:

@@ -62,12 +62,11 @@ def launch_fact(listeners: Optional[List[Dict[str, Any]]]) -> Fact:
     if not pids:
         return Fact(None, ABSENT, SOURCE, "no process with a readable pid listens on the server's port "
                     "(another user's process? run gpudoctor as that user)")
-    try:
-        import psutil
+    from gpudoctor.probes.processes import read_argv
 
-        argv = psutil.Process(pids[0]).cmdline()
-    except Exception as exc:  # gone, or not ours to read
-        return Fact(None, ERROR, SOURCE, f"cannot read the command line of pid {pids[0]}: {exc}")
+    argv = read_argv("/proc", pids[0], limit=1 << 20)
+    if argv is None:  # gone, or not ours to read
+        return Fact(None, ERROR, SOURCE, f"cannot read the command line of pid {pids[0]}: /proc/{pids[0]}/cmdline is gone or unreadable")
     value = {"pid": pids[0], "flags": serving_flags(argv), "python": _python_of(argv)}
     return Fact(value, OK, SOURCE)
 
