@@ -335,7 +335,7 @@ def test_no_cluster_at_the_address_is_a_usage_error():
 
 
 def test_how_a_failed_node_task_is_classified():
-    from gpudoctor.commands.cluster import _failure
+    from gpudoctor.probes.ray import _failure
 
     class TaskUnschedulableError(Exception):  # the name is what Ray's exception class is called
         pass
