@@ -7,6 +7,7 @@ resolved) is scanned for every import, function-local ones and importlib's inclu
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Dict, List, Set
 
@@ -88,6 +89,53 @@ RULES_OF_THE_LAYERS = [
 def test_no_arrow_goes_up_the_layers(layer, forbidden, why):
     bad = sorted((m, t) for m, targets in GRAPH.items() if under(m, layer) for t in targets if under(t, *forbidden))
     assert not bad, f"{layer}: {why}; but {bad}"
+
+
+# What touching the machine looks like in Python: running programs, sockets (to the machine's
+# processes, a server, a Ray cluster), the process and NVML libraries, C calls, Ray itself.
+MACHINE_MODULES = ("subprocess", "socket", "http.client", "ssl", "urllib.request", "multiprocessing", "psutil", "pynvml",
+                   "ctypes", "ray")
+# Only these touch the machine: the probes, and the one place subprocesses are run and killed.
+TOUCH_THE_MACHINE = ("gpudoctor.probes", "gpudoctor.runner")
+
+
+def _top(name: str) -> bool:
+    return any(name == m or name.startswith(m + ".") for m in MACHINE_MODULES)
+
+
+def machine_paths(path: Path) -> List[str]:
+    """/proc and /sys paths a module's code names (docstrings left out): reads of the machine.
+    /proc/self/ is the doctor's own process (bounded.py asks whether stdin is a pipe), not the machine."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):  # f-strings too: their literal parts are Constants
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            text = node.value
+            if text.startswith(("/proc", "/sys/")) and not text.startswith("/proc/self/"):
+                found.append(text)
+    return found
+
+
+def test_only_probes_and_the_runner_touch_the_machine():
+    """Probes are the only code that reads the machine (subprocesses only through gpudoctor/runner.py):
+    everything after the snapshot can run on a replayed one, on another machine."""
+    bad = sorted((name, n) for name, path in MODULES.items() if not under(name, *TOUCH_THE_MACHINE)
+                 for n in imports(path) if _top(n))
+    assert not bad, f"only {TOUCH_THE_MACHINE} may import {MACHINE_MODULES}: {bad}"
+    reads = sorted((name, p) for name, path in MODULES.items() if not under(name, *TOUCH_THE_MACHINE) for p in machine_paths(path))
+    assert not reads, f"only {TOUCH_THE_MACHINE} may read /proc or /sys: {reads}"
+
+
+def test_the_machine_check_sees_what_it_forbids(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('"""Reads /proc/cpuinfo (a docstring: fine)."""\nimport subprocess\n\n'
+                      'def f(pid):\n    """/proc/PID/stat."""\n    return open(f"/proc/{pid}/stat"), open("/sys/class/x"), open("/proc/self/fd/0")\n',
+                      encoding="utf-8")
+    assert {n for n in imports(sample) if _top(n)} == {"subprocess"}
+    assert sorted(machine_paths(sample)) == ["/proc/", "/sys/class/x"]
 
 
 def test_only_the_cli_imports_the_commands():
