@@ -65,7 +65,7 @@ def launch_fact(listeners: Optional[List[Dict[str, Any]]]) -> Fact:
     from gpudoctor.probes.processes import read_argv
 
     argv = read_argv("/proc", pids[0], limit=1 << 20)
-    if argv is None:  # gone, or not ours to read
+    if not argv:  # gone, not ours to read, or a zombie (an empty command line)
         return Fact(None, ERROR, SOURCE, f"cannot read the command line of pid {pids[0]}: /proc/{pids[0]}/cmdline is gone or unreadable")
     value = {"pid": pids[0], "flags": serving_flags(argv), "python": _python_of(argv)}
     return Fact(value, OK, SOURCE)
