@@ -155,30 +155,17 @@ def read_log(
 
 # --- smoke -------------------------------------------------------------------------------
 def run_smoke(url: str, timeout: float, environ: Mapping[str, str], api_key_env: Optional[str] = None) -> Smoke:
-    """The smoke probe (gpudoctor.probes.smoke) against ``url``; "unavailable" when this gpudoctor has none."""
-    import importlib
-    import importlib.util
+    """The smoke probe (``gpudoctor.probes.smoke.collect``) against ``url``; "error" when it cannot run."""
+    try:
+        from gpudoctor.probes import Context, smoke
+        from gpudoctor.probes.smoke.session import Options
 
-    try:
-        spec = importlib.util.find_spec("gpudoctor.probes.smoke.probe")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None:
-        return Smoke(True, url, "unavailable", "smoke check unavailable: this gpudoctor has no smoke probe")
-    try:
-        module = importlib.import_module("gpudoctor.probes.smoke.probe")
-        entry, options = getattr(module, "run", None), getattr(module, "Options", None)
-        if not callable(entry) or options is None:
-            return Smoke(True, url, "unavailable", "smoke check unavailable: gpudoctor.probes.smoke.probe has no run(Options)")
-        wanted = {"url": url, "timeout": timeout}
+        options = Options(url=url, timeout=timeout)
         if api_key_env:
-            wanted.update(api_key=environ.get(api_key_env), api_key_env=api_key_env)
-        fields = getattr(options, "__dataclass_fields__", {})
-        facts = entry(options(**{k: v for k, v in wanted.items() if k in fields}))
+            options.api_key, options.api_key_env = environ.get(api_key_env), api_key_env
+        facts = smoke.collect(Context(environ=dict(environ), smoke=options))
     except Exception as exc:  # the report must be written even when the smoke check breaks
         return Smoke(True, url, "error", f"smoke check failed: {type(exc).__name__}: {exc}")
-    if not isinstance(facts, dict):
-        return Smoke(True, url, "error", f"smoke check returned {type(facts).__name__}, not facts")
     clean = {str(k): v for k, v in facts.items() if isinstance(v, Fact)}
     return Smoke(True, url, "ok", "", clean)
 
