@@ -165,7 +165,7 @@ def _import_site(ext: Dict[str, Any]) -> str:
 
 
 def _out_of_scope(binary: Dict[str, Any], cc: str, vllm_exts: Dict[str, Dict[str, Any]],
-                  required: List[Dict[str, Any]]) -> Optional[str]:
+                  required: List[Dict[str, Any]], binaries: List[Dict[str, Any]] = []) -> Optional[str]:
     """Why a binary without code for ``cc`` is not used on such a GPU at all, or None (then it is a defect)."""
     name = os.path.basename(str(binary.get("path", "")))
     ext = vllm_exts.get(str(binary.get("path")))
@@ -191,7 +191,7 @@ def _out_of_scope(binary: Dict[str, Any], cc: str, vllm_exts: Dict[str, Dict[str
     cubins = scan.get("sm_variants") or []
     if cubins and all(str(arch).endswith("a") for arch in cubins) and not scan.get("ptx_variants"):
         return f"{name}: only arch-specific code ({', '.join(cubins)}): a library meant for those GPUs alone"
-    return None
+    return _part_for_newer_gpus(binary, cc, binaries, vllm_exts)
 
 
 def _is_cuda_library(binary: Dict[str, Any]) -> bool:
@@ -215,6 +215,18 @@ def _release_covers(binary: Dict[str, Any], cc: str, binaries: List[Dict[str, An
                     f"({os.path.basename(str(other.get('path', '?')))} of {_label(other)} does); NVIDIA's libraries "
                     "also load kernels that are not in their registered fatbin")
     return None
+
+
+def _part_for_newer_gpus(binary: Dict[str, Any], cc: str, binaries: List[Dict[str, Any]], vllm_exts: Dict[str, Any]) -> Optional[str]:
+    """Built only for newer GPUs, beside a binary of its wheel that runs here (flashinfer's nccl-extensions: NCCL EP sm_90+, m2n sm_80+)."""
+    mine, parts = _arch_numbers(binary), version_tuple(cc)
+    if (not mine or len(parts) < 2 or min(mine) <= parts[0] * 10 + parts[1] or _is_cuda_library(binary) or _cuda13_drops(binary, cc)
+            or (vllm_exts.get(str(binary.get("path"))) or {}).get("role") == "required"):
+        return None
+    other = next((o for o in binaries if o is not binary and _label(o) == _label(binary) and _runs(o, cc)), None)
+    return None if other is None else (f"{os.path.basename(str(binary.get('path', '?')))} ({_label(binary)}): built for "
+                                       f"{describe_archs(*_arch_names(binary))} only, all newer than cc {cc}, beside "
+                                       f"{os.path.basename(str(other.get('path', '?')))} with this GPU's code")
 
 
 def _where(binary: Dict[str, Any], location: Optional[str]) -> str:
@@ -279,7 +291,7 @@ def kernel_image_missing(snap):
     of the required one's architectures (`_qutlass_C`, `_deepselect_C`, `_flashkda_C`, FA3,
     FlashMLA: vLLM's CMakeLists builds each for the archs it serves) is not applicable on the
     other GPUs. Elsewhere, a library with nothing but arch-specific (`sm_90a`) code is meant
-    for those GPUs alone.
+    for those GPUs alone, as is one built only for newer GPUs beside one of its wheel that runs here.
 
     With `--deep`, each such binary is also loaded in a child interpreter (`ctypes.CDLL`,
     nothing launched) and the finding quotes the loader: a binary that does not even load
@@ -330,7 +342,7 @@ def kernel_image_missing(snap):
                 continue
             if _runs(binary, gpu["cc"]):
                 continue
-            why = _out_of_scope(binary, gpu["cc"], vllm_exts, required) or _release_covers(binary, gpu["cc"], binaries)
+            why = _out_of_scope(binary, gpu["cc"], vllm_exts, required, binaries) or _release_covers(binary, gpu["cc"], binaries)
             if why:
                 skipped.append(f"{why} (not applicable on {_gpu_label(gpu)})")
                 continue

@@ -8,11 +8,13 @@ Design constraints:
   a venv counts only once its `.complete` marker is written, last.
 - Wheels go in with ``--no-deps`` (a ``--no-deps`` torch is enough for metadata, ``version.py``
   and its ``.so`` files); whatever else a test needs is named explicitly (``extra=``), so a venv
-  never pulls a multi-GB CUDA stack by accident.
+  never pulls a multi-GB CUDA stack by accident. A correct install, with everything pip would
+  install, is ``closure_venv(version)``: the wheels of a lock file (tests/real/closure/), hash-checked.
 - Stdlib only, so any test module may import it.
 
     python = venv_with("vllm==0.33.0", "torch==2.14.0")          # a --no-deps install
     python = venv_with("vllm==0.33.0", "torch==2.13.0", extra=requires_dist(wheel("vllm", "0.33.0")))
+    python = closure_venv("0.33.0")                                      # what `pip install vllm==0.33.0` installs
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import sys
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 CACHE = Path(os.environ.get("GPUDOCTOR_TEST_CACHE") or Path.home() / ".cache" / "gpudoctor-tests")
 WHEELS = CACHE / "wheels"
@@ -125,7 +127,9 @@ def pinned(wheel_path: Path, dist: str) -> Optional[str]:
     return None
 
 
-KEEP_VENVS = int(os.environ.get("GPUDOCTOR_TEST_KEEP_VENVS", "8"))
+# The tier uses 11 venvs (4 closures, 4 parser oracles, vLLM + CPU torch for --deep, the peer server, …):
+# fewer kept would rebuild some on every run.
+KEEP_VENVS = int(os.environ.get("GPUDOCTOR_TEST_KEEP_VENVS", "12"))
 IDLE_BEFORE_EVICTION_S = 30 * 60
 
 
@@ -190,3 +194,174 @@ def venv_with(*reqs: str, extra: Sequence[str] = (), python: str = sys.executabl
             raise
         done.write_text(key_text, encoding="utf-8")
     return target / "bin" / "python"
+
+
+# --- a correct install: the whole requirement closure, as pip resolves it -------------------------
+CLOSURES = Path(__file__).resolve().parent / "real" / "closure"
+
+
+def closure_lock(version: str) -> List[Tuple[str, str, str]]:
+    """(requirement with hash, name==version, wheel file name) for each wheel `pip install vllm==version`
+    installs, from the lock tests/real/lock_closure.py wrote."""
+    out = []
+    for line in (CLOSURES / f"vllm-{version}.txt").read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        req, _, filename = line.partition("  # ")
+        out.append((req.strip(), req.split()[0], filename.strip()))
+    return out
+
+
+def _download_locked(items: Sequence[Tuple[str, str, str]], into: Path = WHEELS) -> int:
+    """Download the lock's wheels missing from the cache (one pip call, hashes checked). Returns bytes fetched."""
+    missing = [req for req, _, filename in items if not (WHEELS / filename).is_file() and not (into / filename).is_file()]
+    if not missing:
+        return 0
+    into.mkdir(parents=True, exist_ok=True)
+    before = sum(p.stat().st_size for p in into.glob("*.whl"))
+    listing = into / f".download-{os.getpid()}.txt"
+    listing.write_text("\n".join(missing) + "\n", encoding="utf-8")
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--require-hashes",
+                        "--only-binary=:all:", "--disable-pip-version-check", "-d", str(into), "-r", str(listing)],
+                       check=True)
+    finally:
+        listing.unlink()
+    return sum(p.stat().st_size for p in into.glob("*.whl")) - before
+
+
+METADATA = WHEELS / "dist-info"  # <wheel file name>/<name>-<version>.dist-info/…, taken from the real wheel
+
+
+def _metadata_of(items: Sequence[Tuple[str, str, str]]) -> None:
+    """Keep the ``*.dist-info`` of each wheel in the cache, taken out of the real wheel (downloaded,
+    hash-checked, then deleted unless the wheel cache already had it): GBs of CUDA libraries cost
+    a download once and no disk."""
+    missing = [item for item in items if not (METADATA / item[2]).is_dir()]
+    if not missing:
+        return
+    scratch = WHEELS / f".metadata-{os.getpid()}"
+    try:
+        _download_locked(missing, into=scratch)
+        for _, _, filename in missing:
+            path = WHEELS / filename if (WHEELS / filename).is_file() else scratch / filename
+            part = METADATA / f".{filename}.{os.getpid()}"
+            with zipfile.ZipFile(path) as archive:
+                for member in archive.namelist():
+                    top = member.split("/", 1)[0]
+                    if top.endswith(".dist-info") and "/" in member and ".." not in member.split("/"):
+                        archive.extract(member, part)
+            part.replace(METADATA / filename)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _install_metadata(site: Path, filename: str) -> None:
+    """Install a distribution as its metadata alone: the wheel's own dist-info, with a RECORD that lists
+    just those files (what pip writes for a wheel without a payload), so nothing claims files that are
+    not there."""
+    import base64
+    import csv
+    import io
+
+    for meta in (METADATA / filename).iterdir():
+        dest = site / meta.name
+        shutil.copytree(meta, dest)
+        (dest / "INSTALLER").write_text("gpudoctor-tests (metadata only)\n", encoding="utf-8")
+        rows = []
+        for path in sorted(dest.rglob("*")):
+            if path.is_file() and path.name != "RECORD":
+                data = path.read_bytes()
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                rows.append([path.relative_to(site).as_posix(), f"sha256={digest}", str(len(data))])
+        rows.append([f"{meta.name}/RECORD", "", ""])
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows(rows)
+        (dest / "RECORD").write_text(out.getvalue(), encoding="utf-8")
+
+
+def closure_venv(version: str, python: str = sys.executable, metadata_only: Iterable[str] = ()) -> Path:
+    """A cached venv holding what ``pip install vllm==version`` installs — vLLM, the torch it pins (the
+    real CUDA build), every nvidia-* wheel, triton, flashinfer, … and the pure-Python rest — as the
+    lock in tests/real/closure/ names it: each wheel downloaded once, installed ``--no-deps`` with its
+    hash checked, so nothing is resolved at test time. Returns its python.
+
+    ``metadata_only``: regular expressions of distribution names installed as their real dist-info
+    alone (METADATA, entry points, a RECORD of those files): what requirement checks read, without
+    the payload (for the nvidia-*-cu12 wheels of an older CUDA line, ~3 GB a release)."""
+    items = closure_lock(version)
+    patterns = sorted(set(metadata_only))
+    light = [i for i in items if any(re.fullmatch(p, canonical(i[1].split("==")[0])) for p in patterns)]
+    full = [i for i in items if i not in light]
+    base = os.path.realpath(getattr(sys, "_base_executable", python)) if python == sys.executable else python
+    key_text = "\n".join([base, sys.version, "closure", *sorted(req for req, _, _ in items)]
+                         + (["metadata only:", *patterns] if patterns else []))
+    key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
+    target = VENVS / f"closure-vllm{version}-{key}"
+    done = target / ".complete"
+    if done.exists():
+        _touch(done)
+        return target / "bin" / "python"
+    _evict(keep=KEEP_VENVS)
+    with _locked(WHEELS / f".closure-{version}.lock"):
+        _download_locked(full)
+        _metadata_of(light)
+    with _locked(VENVS / f".{key}.lock"):
+        if done.exists():
+            return target / "bin" / "python"
+        if target.exists():
+            shutil.rmtree(target)
+        listing = VENVS / f".{key}.requirements.txt"
+        listing.write_text("\n".join(req for req, _, _ in full) + "\n", encoding="utf-8")
+        try:
+            subprocess.run([python, "-m", "venv", "--without-pip", str(target)], check=True)
+            subprocess.run([sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"), "install", "-q",
+                            "--disable-pip-version-check", "--no-compile", "--no-deps", "--require-hashes",
+                            "--no-index", "--find-links", str(WHEELS), "-r", str(listing)], check=True)
+            for _, _, filename in light:
+                _install_metadata(_site(target), filename)
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        finally:
+            listing.unlink()
+        _share_files(target)
+        done.write_text(key_text, encoding="utf-8")
+    return target / "bin" / "python"
+
+
+def _site(venv: Path) -> Path:
+    return venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+
+
+def _share_files(target: Path, min_size: int = 1 << 16) -> int:
+    """Hard-link into ``target`` the files of each distribution it shares with a closure venv built
+    before (the same ``*.dist-info`` with a byte-identical RECORD: the same wheel, installed the same
+    way). Releases on one CUDA line share GBs of nvidia-* wheels; on disk they are there once.
+    Nothing in a venv is written after it is built, so shared inodes stay what pip wrote.
+    Returns the bytes shared."""
+    import csv
+
+    site = _site(target)
+    others = [_site(v) for v in sorted(VENVS.glob("closure-*")) if v != target and (v / ".complete").exists()]
+    shared = 0
+    for meta in sorted(site.glob("*.dist-info")):
+        text = (meta / "RECORD").read_bytes() if (meta / "RECORD").is_file() else None
+        other = next((o for o in others if text and (o / meta.name / "RECORD").is_file()
+                      and (o / meta.name / "RECORD").read_bytes() == text), None)
+        if other is None:
+            continue
+        for row in csv.reader(text.decode("utf-8", "replace").splitlines()):
+            if len(row) < 3 or not row[2].isdigit() or int(row[2]) < min_size or row[0].startswith(".."):
+                continue
+            src, dst = other / row[0], site / row[0]
+            try:
+                if os.path.samefile(src, dst) or src.stat().st_size != dst.stat().st_size:
+                    continue
+                tmp = dst.with_name(dst.name + ".share-tmp")
+                os.link(src, tmp)
+                os.replace(tmp, dst)
+                shared += int(row[2])
+            except OSError:
+                continue  # another file system, or gone: keep pip's copy
+    return shared
