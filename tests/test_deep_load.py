@@ -28,6 +28,7 @@ LOADER = Path(__file__).resolve().parent / "fixtures" / "loader"
 CUDART12 = LOADER / "libk_sm86_cudart12.so"
 C10 = LOADER / "libk_sm86_c10.so"
 LIBC10 = LOADER / "libk_sm86_libc10.so"
+HANGS = LOADER / "libk_sm86_hangs.so"
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +54,8 @@ def check(python, *extra, gpu="H100"):
 def test_the_fixtures_are_what_listing_txt_says():
     listing = (LOADER / "listing.txt").read_text(encoding="utf-8")
     assert "Shared library: [libcudart.so.12]" in listing and "UND _ZN3c104cuda9SetDeviceEa" in listing
-    assert listing.count("sm_86.cubin") == 5 and "No PTX file found" in listing and "Shared library: [libc10.so]" in listing
-    for path in (CUDART12, C10, LIBC10):  # what the kernel scan reads agrees with cuobjdump
+    assert listing.count("sm_86.cubin") == 6 and "No PTX file found" in listing and "Shared library: [libc10.so]" in listing
+    for path in (CUDART12, C10, LIBC10, HANGS):  # what the kernel scan reads agrees with cuobjdump
         scan = fatbin.scan(str(path)).to_json()
         assert (scan["status"], scan["sm_variants"], scan["ptx_variants"]) == ("ok", ["sm_86"], [])
 
@@ -138,3 +139,25 @@ def test_a_child_that_dies_loading_a_library_names_it(venv, tmp_path):
     fact = facts["kernels.load_check"]
     assert fact.status == "error" and "exited 3" in fact.detail
     assert all(b["status"] == "not_loaded" for b in fact.value["binaries"])
+
+
+def test_a_library_that_hangs_on_load_is_cut_off_and_named(tmp_path):
+    """Its static initializer never returns: the child is killed at the load check's limit, that
+    binary's outcome is the timeout, the ones after it are not loaded, and nothing is left running."""
+    import psutil
+
+    python = make_venv(tmp_path / "venv")
+    site = SitePackages(venv_site(tmp_path / "venv"))
+    site.dist("hangs", "0.1", files={"hangs/__init__.py": "", "hangs/_k.so": HANGS})
+    site.dist("team-kernels", "0.3.1", files={"teamkernels/__init__.py": "", "teamkernels/_sm86.so": SM86})
+    doc, findings = check(python, "--deep", "--timeout", "3")
+    fact = doc["snapshot"]["facts"]["kernels.load_check"]
+    assert fact["status"] == "ok" and "_k.so: timeout" in fact["detail"]  # what was learnt is kept
+    by_dist = {b["dist"]: b for b in fact["value"]["binaries"]}
+    assert by_dist["hangs"]["status"] == "timeout" and "did not finish within" in by_dist["hangs"]["error"]
+    assert by_dist["team-kernels"]["status"] == "not_loaded"
+    assert '--deep: loading _k.so fails before any kernel runs: "loading it did not finish within' in findings["hangs"]["message"]
+    assert "--deep" not in findings["team-kernels"]["message"]  # not loaded: nothing said
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(HANGS) in " ".join(p.info["cmdline"] or [])
+            or any(str(tmp_path) in part for part in (p.info["cmdline"] or []))]
+    assert left == []
