@@ -48,6 +48,8 @@ MAX_UNREADABLE_SHOWN = 20
 MAX_RECORD_DIRS = 50_000  # RECORD directories checked for files RECORD does not list, all distributions together
 SKIP_DIRS = ("__pycache__", ".git", "node_modules")
 _NOT_CUDA = ("absent", "not_elf")
+PARALLEL_FROM = 16  # files to read before reading them in threads
+SCAN_THREADS = 8
 
 
 def is_shared_object(name: str) -> bool:
@@ -344,12 +346,37 @@ def _valid_scan(value: Any) -> bool:
             and all(isinstance(value.get(k, []), list) for k in ("sm", "sm_variants", "ptx", "ptx_variants")))
 
 
+def _scan_files(paths: List[str], scanner: Callable[[str], Any]) -> Dict[str, Tuple[Dict[str, Any], int, float]]:
+    """path -> (scan as JSON, bytes read, seconds), for files the cache did not have.
+
+    Several at once when there are many: a cold run (empty cache, page cache dropped) waits on
+    the disk for each file's ELF header, section table and fatbin headers, a few small reads in
+    different places of the file; one thread waits for them one after the other. The reads
+    release the GIL, so threads keep several requests in flight (NVMe serves them in parallel);
+    with the files in memory the threads cost a little, so few files are read in this thread."""
+    def one(path: str) -> Tuple[Dict[str, Any], int, float]:
+        started = time.perf_counter()
+        try:
+            scan = scanner(path)
+            return scan.to_json(), getattr(scan, "bytes_read", 0), time.perf_counter() - started
+        except Exception as exc:  # the reader promises not to raise; keep the promise here too
+            return {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}, 0, time.perf_counter() - started
+
+    if len(paths) < PARALLEL_FROM:
+        return {path: one(path) for path in paths}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(SCAN_THREADS, len(paths)), thread_name_prefix="gpudoctor-scan") as pool:
+        return dict(zip(paths, pool.map(one, paths)))
+
+
 def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """Scan each candidate (or take its scan from the cache); keep those with CUDA device code."""
     binaries: List[Dict[str, Any]] = []
     unreadable: List[Dict[str, str]] = []
     stats = {"shared_objects": 0, "cuda_binaries": 0, "read": 0, "cached": 0, "bytes_read": 0, "unreadable": 0}
     inodes: Set[Tuple[int, int]] = set()
+    todo: List[Tuple[Dict[str, Any], Any, Optional[Dict[str, Any]]]] = []
     for item in items:
         path = item["path"]
         key = _scancache.file_key(path)
@@ -358,17 +385,17 @@ def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache) 
         if (key[3], key[2]) in inodes:
             continue  # the same file under another name
         inodes.add((key[3], key[2]))
-        stats["shared_objects"] += 1
-        started = time.perf_counter()
         result = cache.get(SCAN_KIND, path, key)
-        cached = _valid_scan(result)
-        if not cached:
-            try:
-                scan = scanner(path)
-                result = scan.to_json()
-                stats["bytes_read"] += getattr(scan, "bytes_read", 0)
-            except Exception as exc:  # the reader promises not to raise; keep the promise here too
-                result = {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}
+        todo.append((item, key, result if _valid_scan(result) else None))
+    fresh = _scan_files([item["path"] for item, _, result in todo if result is None], scanner)
+    for item, key, result in todo:
+        path = item["path"]
+        stats["shared_objects"] += 1
+        cached = result is not None
+        elapsed = 0.0
+        if result is None:
+            result, bytes_read, elapsed = fresh[path]
+            stats["bytes_read"] += bytes_read
             stats["read"] += 1
             if result.get("status") not in ("no_permission",):
                 cache.put(SCAN_KIND, path, key, result)
@@ -383,7 +410,7 @@ def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache) 
             stats["unreadable"] += 1
             if len(unreadable) < MAX_UNREADABLE_SHOWN:
                 unreadable.append({"path": path, "status": status, "detail": str(result.get("detail", ""))[:200]})
-        entry = dict(item, scan=result, elapsed_s=round(time.perf_counter() - started, 5))
+        entry = dict(item, scan=result, elapsed_s=round(elapsed, 5))
         if cached:
             entry["cached"] = True
         binaries.append(entry)
