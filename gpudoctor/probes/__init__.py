@@ -20,6 +20,7 @@ Facts of several probes meet in one place, ``merge()``.
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import time
@@ -63,10 +64,26 @@ class Context:
             return None
 
 
-def default_probes() -> List[Tuple[str, Probe]]:
-    from gpudoctor.probes import cuda, deep, driver, gpus, host, processes, pystack
+# (fact prefix, module under gpudoctor/probes/); the snapshot lists them in this order.
+DEFAULT_PROBES = (("host", "host"), ("driver", "driver"), ("gpus", "gpus"), ("python", "pystack"), ("processes", "processes"),
+                  ("cuda", "cuda"), ("deep", "deep"))
+# Started first: with --python it waits on a child interpreter, the longest wait of a check, so
+# that child should start before the other probes' imports and work take the GIL.
+FIRST = ("python",)
 
-    return [("host", host.collect), ("driver", driver.collect), ("gpus", gpus.collect), ("python", pystack.collect), ("processes", processes.collect), ("cuda", cuda.collect), ("deep", deep.collect)]
+
+def _lazy(module: str) -> Probe:
+    """The module's ``collect``, imported in the probe's own thread when it runs: the imports of
+    seven probes (pynvml, xml.etree, the kernel scan's readers …) no longer delay the first."""
+    def collect(ctx: "Context") -> Dict[str, Fact]:
+        return importlib.import_module(f"gpudoctor.probes.{module}").collect(ctx)
+
+    collect.__qualname__ = collect.__name__ = f"{module}.collect"
+    return collect
+
+
+def default_probes() -> List[Tuple[str, Probe]]:
+    return [(name, _lazy(module)) for name, module in DEFAULT_PROBES]
 
 
 class Running:
@@ -80,11 +97,10 @@ class Running:
             # fact ("nvidia-smi did not answer within 1.3 s") rather than "probe gpus: no answer".
             ctx.deadline = self.started + max(ctx.timeout - 0.2, ctx.timeout * 0.9)
         self.results: Dict[str, Tuple[str, object]] = {}
-        self.threads = []
-        for name, probe in probes:
-            thread = threading.Thread(target=self._work, args=(name, probe), name=f"probe-{name}", daemon=True)
+        self.threads = [(name, threading.Thread(target=self._work, args=(name, probe), name=f"probe-{name}", daemon=True))
+                        for name, probe in probes]
+        for _, thread in sorted(self.threads, key=lambda pair: pair[0] not in FIRST):
             thread.start()
-            self.threads.append((name, thread))
 
     def _work(self, name: str, probe: Probe) -> None:
         t0 = time.monotonic()

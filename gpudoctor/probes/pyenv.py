@@ -406,42 +406,41 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
-def record_check(dist: Dict[str, Any], thorough: bool = False) -> Dict[str, Any]:
+RECORD_CHECK_KINDS = {False: "record-check-1", True: "record-check-full-1"}  # scan cache kinds (probes/scancache.py)
+
+
+def record_check(dist: Dict[str, Any], thorough: bool = False, cache=None) -> Dict[str, Any]:
     """RECORD against the disk for one distribution.
 
     By default only the shared objects and the top-level package's ``__init__.py`` (what an
     import and a kernel load need first): torch's RECORD lists about 6,000 .py files and
     stat-ing them cost 0.2 s on an H200 host. ``thorough`` (--deep) stats every .py and
-    shared object.
+    shared object. ``cache`` (a probes/scancache.ScanCache): which RECORD lines to stat is
+    kept by the RECORD file's identity, so a warm run stats them without reading and
+    splitting torch's 15,000-line RECORD again (10-20 ms); the stats are done every time.
     """
     if not dist["meta"].endswith(".dist-info"):
         return {"record": "absent", "detail": "egg-info install: no RECORD"}
     record = os.path.join(dist["location"], dist["meta"], "RECORD")
-    try:
-        with open(record, "rb") as handle:
-            text = handle.read(64 << 20).decode("utf-8", "replace")
-    except OSError as exc:
-        return {"record": os_error_status(exc), "detail": f"RECORD: {describe_os_error(exc)}"}
+    kind = RECORD_CHECK_KINDS[bool(thorough)]
+    key = _sibling("gpudoctor_scancache", "scancache.py").file_key(record) if cache is not None else None
+    cached = cache.get(kind, record, key) if key is not None else None
+    if cached is not None and isinstance(cached.get("paths"), list) and all(isinstance(p, str) for p in cached["paths"]):
+        paths = cached["paths"]
+    else:
+        try:
+            with open(record, "rb") as handle:
+                text = handle.read(64 << 20).decode("utf-8", "replace")
+        except OSError as exc:
+            return {"record": os_error_status(exc), "detail": f"RECORD: {describe_os_error(exc)}"}
+        paths = _record_checked_paths(text, thorough)
+        if key is not None:
+            cache.put(kind, record, key, {"paths": paths})
     missing: List[str] = []
     checked = 0
     problems = 0
     base = os.path.join(dist["location"], "")
-    paths = []
-    for line in text.splitlines():
-        if line.startswith('"'):  # a quoted path (it has a comma): let csv read it
-            import csv
-
-            row = next(csv.reader([line]), None)
-            rel = row[0] if row else ""
-        else:
-            comma = line.find(",")
-            rel = line if comma < 0 else line[:comma]
-        top_package = rel.endswith("/__init__.py") and rel.count("/") == 1
-        if rel.endswith((".so", ".pyd")) or ".so." in rel or top_package or (thorough and rel.endswith(_CHECKED_SUFFIXES)):
-            paths.append(rel)  # shared objects and the top-level package (every module when thorough)
     for rel in paths:
-        if rel.startswith("../") or "__pycache__" in rel:
-            continue  # scripts outside site-packages (absent with --target installs)
         checked += 1
         try:
             os.stat(rel if rel.startswith("/") else base + rel)
@@ -455,6 +454,25 @@ def record_check(dist: Dict[str, Any], thorough: bool = False) -> Dict[str, Any]
                     missing.append(rel + (" (symlink loop)" if exc.errno == errno.ELOOP else ""))
             # EACCES on a parent directory is not "missing": the doctor cannot tell
     return {"record": "ok", "checked": checked, "missing": missing, "missing_count": problems}
+
+
+def _record_checked_paths(text: str, thorough: bool) -> List[str]:
+    """The RECORD entries record_check stats: shared objects and the top-level package (every module when thorough)."""
+    paths = []
+    for line in text.splitlines():
+        if line.startswith('"'):  # a quoted path (it has a comma): let csv read it
+            import csv
+
+            row = next(csv.reader([line]), None)
+            rel = row[0] if row else ""
+        else:
+            comma = line.find(",")
+            rel = line if comma < 0 else line[:comma]
+        top_package = rel.endswith("/__init__.py") and rel.count("/") == 1
+        if rel.endswith((".so", ".pyd")) or ".so." in rel or top_package or (thorough and rel.endswith(_CHECKED_SUFFIXES)):
+            if not (rel.startswith("../") or "__pycache__" in rel):  # scripts outside site-packages (absent with --target installs)
+                paths.append(rel)
+    return paths
 
 
 def compact(dist: Dict[str, Any]) -> Dict[str, Any]:
@@ -579,6 +597,7 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     facts["packages.dists"] = fact({key: compact(d) for key, d in sorted(first.items())}, source="dist-info",
                                    detail=f"{len(first)} distributions")
     stack: Dict[str, Dict[str, Any]] = {}
+    cache = _sibling("gpudoctor_scancache", "scancache.py").shared(environ)  # saved by the kernel scan below
     for key in STACK:
         dist = first.get(key)
         if dist is None:
@@ -588,13 +607,13 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
         if dist.get("requires_python"):
             entry["requires_python"] = dist["requires_python"]
         if record in ("stack", "stack-full", "all"):
-            entry.update(record_check(dist, thorough=record != "stack"))
+            entry.update(record_check(dist, thorough=record != "stack", cache=cache))
         stack[key] = entry
     if record == "all":
         for key, dist in first.items():
             if key not in stack:
                 entry = compact(dist)
-                entry.update(record_check(dist, thorough=True))
+                entry.update(record_check(dist, thorough=True, cache=cache))
                 stack[key] = entry
     facts["packages.stack"] = fact(stack, source="dist-info", detail=f"RECORD checked: {record}")
     duplicates = {key: [dict(compact(first[key]), meta=first[key]["meta"])] + [dict(compact(d), meta=d["meta"]) for d in extra]

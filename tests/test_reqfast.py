@@ -1,0 +1,87 @@
+"""gpudoctor/reqfast.py: GD503's packaging-free path never calls a requirement met that packaging calls unmet."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpudoctor import reqfast
+from gpudoctor_rules.python_stack import _applies, _normalize, _parse_requirement, _satisfied
+
+HERE = os.path.dirname(__file__)
+LINUX_312 = {"implementation_name": "cpython", "implementation_version": "3.12.3", "os_name": "posix", "platform_machine": "x86_64",
+             "platform_python_implementation": "CPython", "platform_release": "6.8.0", "platform_system": "Linux",
+             "platform_version": "#1 SMP", "python_full_version": "3.12.3", "python_version": "3.12", "sys_platform": "linux"}
+
+
+def packaging_says(text, dists, env):
+    """What GD503 decided before the fast path: skip (invalid or not for this platform), unmet or met."""
+    req = _parse_requirement(text)
+    if req is None or not _applies(req, env):
+        return "skip"
+    installed = dists.get(_normalize(req.name))
+    if not isinstance(installed, dict) or not installed.get("version"):
+        return "unmet"
+    return "unmet" if _satisfied(req, str(installed["version"])) is False else "met"
+
+
+def test_the_recorded_h200_stack_needs_no_packaging():
+    """Every applicable requirement of torch/torchvision/transformers/triton on the H200 is decided here."""
+    with open(os.path.join(HERE, "fixtures", "snapshots", "h200-every-cuda-binary.json"), encoding="utf-8") as handle:
+        facts = json.load(handle)["facts"]
+    stack, dists, env = facts["packages.stack"]["value"], facts["packages.dists"]["value"], facts["python.marker_env"]["value"]
+    decided = 0
+    for entry in stack.values():
+        for text in entry.get("requires", []):
+            if "extra ==" in text:
+                continue
+            verdict = packaging_says(text, dists, env)
+            fast = reqfast.satisfied(text, dists, env)
+            if verdict == "met" or (verdict == "skip" and _parse_requirement(text) is not None):
+                decided += fast is True
+            assert fast is None or verdict != "unmet", text
+    assert decided >= 25
+
+
+def test_the_common_shapes():
+    dists = {"torch": {"version": "2.11.0+cu130"}, "pillow": {"version": "11.3.0"}, "numpy": {"version": "2.1"}}
+    assert reqfast.satisfied("torch (==2.11.0)", dists, LINUX_312) is True  # the local label is ignored
+    assert reqfast.satisfied("torch==2.11", dists, LINUX_312) is True  # trailing zeros
+    assert reqfast.satisfied("pillow (!=8.3.*,>=5.3.0)", dists, LINUX_312) is True
+    assert reqfast.satisfied("cuda-toolkit[cublas,nvrtc]==13.0.2; platform_system == \"Windows\"", dists, LINUX_312) is True
+    assert reqfast.satisfied("importlib-metadata; python_version < \"3.10\"", dists, LINUX_312) is True
+    assert reqfast.satisfied("numpy", dists, LINUX_312) is True
+    # Not met, not installed, or not the common shape: packaging decides (and words the finding).
+    for text in ("torch==2.12.0", "torch>2.11.0", "torch<2.11", "missing>=1", "numpy~=2.1", "numpy>=2.0rc1",
+                 "numpy; python_version < \"3.10\" or platform_system == \"Linux\"", "numpy @ https://x/y.whl",
+                 "numpy; platform_release >= \"6\"", "numpy>=1.*"):
+        assert reqfast.satisfied(text, dists, LINUX_312) is None, text
+
+
+_release = st.lists(st.integers(0, 12), min_size=1, max_size=4).map(lambda parts: ".".join(map(str, parts)))
+_op = st.sampled_from(["==", "!=", ">=", "<=", ">", "<", "~=", "==="])
+_spec = st.tuples(_op, _release, st.sampled_from(["", ".*", "rc1", ".post1"])).map(lambda t: t[0] + t[1] + t[2])
+_specs = st.lists(_spec, min_size=0, max_size=3).map(",".join)
+_key = st.sampled_from(["platform_system", "sys_platform", "platform_machine", "python_version", "python_full_version",
+                        "os_name", "platform_release", "implementation_name"])
+_value = st.one_of(_release, st.sampled_from(["Linux", "linux", "Windows", "x86_64", "aarch64", "posix", "cpython", "v1", "3.12", "3.9"]))
+_clause = st.tuples(_key, st.sampled_from(["==", "!=", "<", ">=", "in"]), _value).map(lambda t: f'{t[0]} {t[1]} "{t[2]}"')
+_marker = st.lists(_clause, min_size=0, max_size=3).flatmap(
+    lambda cs: st.sampled_from([" and ", " or "]).map(lambda joint: joint.join(cs)))
+_installed = st.one_of(_release, st.tuples(_release, st.sampled_from(["+cu130", "+cpu", "rc1", ".post2", ".dev0"])).map("".join))
+
+
+@settings(max_examples=600, deadline=None)
+@given(name=st.sampled_from(["torch", "Torch_X", "numpy"]), paren=st.booleans(), extras=st.booleans(), specs=_specs, marker=_marker,
+       version=st.one_of(st.none(), _installed), python=st.sampled_from(["3.12", "3.9", "3.10"]), system=st.sampled_from(["Linux", "Windows"]))
+def test_never_met_where_packaging_says_unmet(name, paren, extras, specs, marker, version, python, system):
+    text = name + ("[a,b-c]" if extras else "") + (f" ({specs})" if paren and specs else specs) + (f"; {marker}" if marker else "")
+    env = dict(LINUX_312, python_version=python, python_full_version=python + ".1", platform_system=system)
+    dists = {} if version is None else {_normalize(name): {"version": version}}
+    fast = reqfast.satisfied(text, dists, env)
+    assert fast in (True, None)
+    if fast:
+        assert packaging_says(text, dists, env) != "unmet", text
