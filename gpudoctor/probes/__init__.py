@@ -73,12 +73,17 @@ FIRST = ("python",)
 
 
 def _lazy(module: str) -> Probe:
-    """The module's ``collect``, imported in the probe's own thread when it runs: the imports of
-    seven probes (pynvml, xml.etree, the kernel scan's readers …) no longer delay the first."""
+    """The module's ``collect``, imported when ``Running`` starts this probe (``preload``): the
+    python probe's thread starts before the other six probes' modules (pynvml, the kernel
+    scan's readers …) are imported."""
     def collect(ctx: "Context") -> Dict[str, Fact]:
-        return importlib.import_module(f"gpudoctor.probes.{module}").collect(ctx)
+        return preload().collect(ctx)
+
+    def preload():
+        return importlib.import_module(f"gpudoctor.probes.{module}")
 
     collect.__qualname__ = collect.__name__ = f"{module}.collect"
+    collect.preload = preload  # type: ignore[attr-defined]
     return collect
 
 
@@ -91,16 +96,28 @@ class Running:
 
     def __init__(self, ctx: Context, probes: List[Tuple[str, Probe]]):
         self.ctx = ctx
-        self.started = time.monotonic()
-        if ctx.deadline is None:  # every subprocess a probe runs is cut to what is left of it
-            # A little before the join deadline, so a cut-off subprocess still becomes the probe's own
-            # fact ("nvidia-smi did not answer within 1.3 s") rather than "probe gpus: no answer".
-            ctx.deadline = self.started + max(ctx.timeout - 0.2, ctx.timeout * 0.9)
         self.results: Dict[str, Tuple[str, object]] = {}
         self.threads = [(name, threading.Thread(target=self._work, args=(name, probe), name=f"probe-{name}", daemon=True))
                         for name, probe in probes]
-        for _, thread in sorted(self.threads, key=lambda pair: pair[0] not in FIRST):
-            thread.start()
+        self._own_deadline = ctx.deadline is None
+        first = [i for i, (name, _) in enumerate(probes) if name in FIRST]
+        rest = [i for i in range(len(probes)) if i not in first]
+        self._clock()
+        for group in (first, rest):
+            for i in group:  # their modules are imported here, in this thread, before their threads start
+                preload = getattr(probes[i][1], "preload", None)
+                if preload is not None:
+                    preload()
+            self._clock()  # imports are not part of any probe's time (nor of the deadline)
+            for i in group:
+                self.threads[i][1].start()
+
+    def _clock(self) -> None:
+        self.started = time.monotonic()
+        if self._own_deadline:  # every subprocess a probe runs is cut to what is left of it
+            # A little before the join deadline, so a cut-off subprocess still becomes the probe's own
+            # fact ("nvidia-smi did not answer within 1.3 s") rather than "probe gpus: no answer".
+            self.ctx.deadline = self.started + max(self.ctx.timeout - 0.2, self.ctx.timeout * 0.9)
 
     def _work(self, name: str, probe: Probe) -> None:
         t0 = time.monotonic()
