@@ -67,7 +67,7 @@ class Context:
 # (fact prefix, module under gpudoctor/probes/); the snapshot lists them in this order.
 DEFAULT_PROBES = (("host", "host"), ("driver", "driver"), ("gpus", "gpus"), ("python", "pystack"), ("processes", "processes"),
                   ("cuda", "cuda"), ("deep", "deep"))
-# Started first: with --python it waits on a child interpreter, the longest wait of a check, so
+# Started first with --python: it waits on a child interpreter, the longest wait of a check, so
 # that child should start before the other probes' imports and work take the GIL.
 FIRST = ("python",)
 
@@ -100,7 +100,9 @@ class Running:
         self.threads = [(name, threading.Thread(target=self._work, args=(name, probe), name=f"probe-{name}", daemon=True))
                         for name, probe in probes]
         self._own_deadline = ctx.deadline is None
-        first = [i for i, (name, _) in enumerate(probes) if name in FIRST]
+        # Only a probe that waits on a child process gains from starting first; the in-process one
+        # would only share the GIL with the other modules' imports.
+        first = [i for i, (name, _) in enumerate(probes) if name in FIRST and ctx.python]
         rest = [i for i in range(len(probes)) if i not in first]
         self._clock()
         for group in (first, rest):

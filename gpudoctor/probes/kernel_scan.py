@@ -48,8 +48,8 @@ MAX_UNREADABLE_SHOWN = 20
 MAX_RECORD_DIRS = 50_000  # RECORD directories checked for files RECORD does not list, all distributions together
 SKIP_DIRS = ("__pycache__", ".git", "node_modules")
 _NOT_CUDA = ("absent", "not_elf")
-PARALLEL_FROM = 16  # files to read before reading them in threads
-SCAN_THREADS = 8
+PARALLEL_FROM = 16  # files still to read for threads to be worth starting
+SCAN_THREADS = 16
 
 
 def is_shared_object(name: str) -> bool:
@@ -346,14 +346,25 @@ def _valid_scan(value: Any) -> bool:
             and all(isinstance(value.get(k, []), list) for k in ("sm", "sm_variants", "ptx", "ptx_variants")))
 
 
+def _disk_reads() -> Optional[int]:
+    """Block reads this thread has waited for so far (Linux), None where that is not counted."""
+    try:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_inblock  # type: ignore[attr-defined]
+    except (ImportError, AttributeError, OSError, ValueError):
+        return None
+
+
 def _scan_files(paths: List[str], scanner: Callable[[str], Any]) -> Dict[str, Tuple[Dict[str, Any], int, float]]:
     """path -> (scan as JSON, bytes read, seconds), for files the cache did not have.
 
-    Several at once when there are many: a cold run (empty cache, page cache dropped) waits on
-    the disk for each file's ELF header, section table and fatbin headers, a few small reads in
-    different places of the file; one thread waits for them one after the other. The reads
-    release the GIL, so threads keep several requests in flight (NVMe serves them in parallel);
-    with the files in memory the threads cost a little, so few files are read in this thread."""
+    One after the other while the files come from the page cache (threads would only add GIL
+    hand-offs: +60 % CPU measured); once one of them had to be read from the disk (a cold run,
+    the page cache dropped), the rest in SCAN_THREADS threads: each file's ELF header, section
+    table and fatbin headers are a few small reads in different places, one thread waits for
+    them one after the other, and the reads release the GIL, so threads keep several requests
+    in flight (552 files: 3.6 s -> 2.0 s)."""
     def one(path: str) -> Tuple[Dict[str, Any], int, float]:
         started = time.perf_counter()
         try:
@@ -362,12 +373,19 @@ def _scan_files(paths: List[str], scanner: Callable[[str], Any]) -> Dict[str, Tu
         except Exception as exc:  # the reader promises not to raise; keep the promise here too
             return {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}, 0, time.perf_counter() - started
 
-    if len(paths) < PARALLEL_FROM:
-        return {path: one(path) for path in paths}
-    from concurrent.futures import ThreadPoolExecutor
+    out: Dict[str, Tuple[Dict[str, Any], int, float]] = {}
+    before = _disk_reads()
+    for index, path in enumerate(paths):
+        left = len(paths) - index
+        if before is not None and left >= PARALLEL_FROM and (_disk_reads() or 0) > before:
+            from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(SCAN_THREADS, len(paths)), thread_name_prefix="gpudoctor-scan") as pool:
-        return dict(zip(paths, pool.map(one, paths)))
+            rest = paths[index:]
+            with ThreadPoolExecutor(max_workers=SCAN_THREADS, thread_name_prefix="gpudoctor-scan") as pool:
+                out.update(zip(rest, pool.map(one, rest)))
+            break
+        out[path] = one(path)
+    return out
 
 
 def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
