@@ -197,8 +197,3 @@ def _stem(path: str) -> str:
             base = base[: -len(suffix)]
             break
     return safe_name(base)
-
-
-def normalize(name: str) -> str:
-    """A distribution name as ``packages.dists`` keys it (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", name).lower()

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor.explain import natural_key
 from gpudoctor.redact import MASK, is_secret_name
-from gpudoctor.snapshot import Fact, Snapshot
+from gpudoctor.snapshot import Fact, Snapshot, dist_key
 
 # Ordered: the position is the importance (0 first). "*" matches within one path segment.
 IMPORTANT: Tuple[str, ...] = (
@@ -175,15 +174,10 @@ def flatten(snapshot: Snapshot) -> Dict[str, Side]:
     return out
 
 
-def canonical_name(name: str) -> str:
-    """PEP 503: runs of -, _ and . are one -, case folded."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _normalized_names(value: Any) -> Any:
     if isinstance(value, dict):
-        return {canonical_name(k) if isinstance(k, str) else k: _normalized_names(v) if k not in ("name", "dist") else
-                (canonical_name(v) if isinstance(v, str) else v) for k, v in value.items()}
+        return {dist_key(k) if isinstance(k, str) else k: _normalized_names(v) if k not in ("name", "dist") else
+                (dist_key(v) if isinstance(v, str) else v) for k, v in value.items()}
     if isinstance(value, list):
         return [_normalized_names(item) for item in value]
     return value

@@ -10,6 +10,7 @@ often the answer.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -171,6 +172,13 @@ class Snapshot:
             return cls.from_json(data)
         except SnapshotError as exc:
             raise SnapshotError(f"snapshot {path}: {exc}") from None
+
+
+def dist_key(name: str) -> str:
+    """How ``packages.dists`` keys a distribution: its PEP 503 name (runs of -, _ and . are one -,
+    case folded). probes/pyenv.py writes the keys with its own copy: it runs inside the
+    ``--python`` child, standard library only."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def mib(nbytes: Optional[int]) -> str:

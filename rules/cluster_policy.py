@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from gpudoctor.cluster import normalize, reachable
-from gpudoctor.snapshot import ABSENT, OK, Fact, Snapshot
+from gpudoctor.cluster import reachable
+from gpudoctor.snapshot import ABSENT, OK, Fact, Snapshot, dist_key
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,7 @@ def _fact_spread(watch: Watch, path: str, nodes: List[Tuple[str, Snapshot]]) -> 
 
 
 def _package_spread(watch: Watch, nodes: List[Tuple[str, Snapshot]]) -> Spread:
-    key = normalize(watch.what)
+    key = dist_key(watch.what)
     spread = Spread(watch.label or f"{watch.what} (package)", f"packages.dists.{key}", watch)
     for name, snap in nodes:
         dists = _dists(snap)

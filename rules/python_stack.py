@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from gpudoctor import reqfast
 from gpudoctor.knowledge.gpus import describe_archs, gpus_to_judge, kernel_support
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
+from gpudoctor.snapshot import dist_key
 
 from .driver import _torch_index_for, version_tuple
 
@@ -20,10 +21,6 @@ BINARY_BOUND = re.compile(r"^(torch|torchvision|torchaudio|vllm|triton|xformers|
 
 def _py(snap) -> str:
     return shlex.quote(str(snap.value("python.executable") or "python3"))
-
-
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 # --- torch build -----------------------------------------------------------------------------
@@ -82,8 +79,8 @@ def torch_pins(snap) -> Tuple[List[str], str]:
     pins: Dict[str, str] = {}
     for req in (entry or {}).get("requires") or [] if isinstance(entry, dict) else []:
         match = re.match(r"^\s*([A-Za-z0-9_.-]+)\s*==\s*([0-9][^,;\s]*)\s*(?:;.*)?$", str(req))
-        if match and _normalize(match.group(1)) in TORCH_FAMILY and "extra" not in str(req):
-            pins.setdefault(_normalize(match.group(1)), match.group(2))
+        if match and dist_key(match.group(1)) in TORCH_FAMILY and "extra" not in str(req):
+            pins.setdefault(dist_key(match.group(1)), match.group(2))
     if "torch" in pins:
         return [f"{name}=={pins[name]}" for name in TORCH_FAMILY if name in pins], f"vllm {entry.get('version')} pins it"
     base = str(snap.value("torch.version") or "").split("+")[0]
@@ -221,7 +218,7 @@ def unmet_requirements(snap) -> Dict[str, List[Dict[str, Any]]]:
             req = _parse_requirement(str(text))
             if req is None or not _applies(req, marker_env):
                 continue
-            name = _normalize(req.name)
+            name = dist_key(req.name)
             installed = dists.get(name) if isinstance(dists, dict) else None
             if not isinstance(installed, dict) or not installed.get("version"):
                 out.setdefault(owner, []).append({"requirement": str(req), "name": name, "installed": None})
@@ -268,7 +265,7 @@ def requirement_not_satisfied(snap):
     removed = _removed_by_other_rules(snap)
     fails = []
     for owner, items in sorted(unmet.items()):
-        if _normalize(owner) in removed:
+        if dist_key(owner) in removed:
             continue  # GD401 says to uninstall it: installing its dependencies would be a second, opposite fix
         if owner == "vllm":  # vLLM's binary pins (torch, flashinfer, …) are GD510's: reported once, there
             items = [item for item in items if not BINARY_BOUND.match(item["name"])]
@@ -309,7 +306,7 @@ def _removed_by_other_rules(snap) -> set:
     except Exception:  # that rule reports its own trouble
         return set()
     fails = raw if isinstance(raw, list) else [raw] if isinstance(raw, Fail) else []
-    return {_normalize(str(f.subject).split(" / ")[0]) for f in fails
+    return {dist_key(str(f.subject).split(" / ")[0]) for f in fails
             if f.subject and any("pip uninstall" in c for c in f.fix.commands)}
 
 

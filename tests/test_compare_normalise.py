@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from gpudoctor import compare
-from gpudoctor.snapshot import Snapshot
+from gpudoctor.snapshot import Snapshot, dist_key
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOTS = REPO / "tests" / "fixtures" / "snapshots"
@@ -32,8 +32,8 @@ def test_two_h200_snapshots_from_different_gpudoctor_versions_have_no_difference
 
 
 def test_pep503():
-    assert compare.canonical_name("Jinja2") == compare.canonical_name("jinja2") == "jinja2"
-    assert compare.canonical_name("absl_py") == compare.canonical_name("absl.py") == compare.canonical_name("Absl--Py") == "absl-py"
+    assert dist_key("Jinja2") == dist_key("jinja2") == "jinja2"
+    assert dist_key("absl_py") == dist_key("absl.py") == dist_key("Absl--Py") == "absl-py"
 
 
 def test_a_real_difference_in_a_collected_fact_still_matters():

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from gpudoctor import __version__
-from gpudoctor.cluster import NODE_OK, SOURCE_FACT, node_snapshot, normalize
+from gpudoctor.cluster import NODE_OK, SOURCE_FACT, node_snapshot
 from gpudoctor.engine import ClusterResult
 from gpudoctor.render.headlines import context
 from gpudoctor.render.text import ASCII, STYLES, UNICODE, Line, area_counts, area_state, finding_lines
 from gpudoctor.rule import AREA_TITLES, NOT_APPLICABLE, PASS, UNKNOWN
-from gpudoctor.snapshot import Snapshot, gib
+from gpudoctor.snapshot import Snapshot, dist_key, gib
 from gpudoctor.visible import gpu_kinds
 
 SCHEMA_VERSION = 1
@@ -45,7 +45,7 @@ def _dist_version(snap: Snapshot, name: str) -> Optional[str]:
     dists = snap.value("packages.dists")
     if not isinstance(dists, dict):
         return None
-    dist = dists.get(normalize(name))
+    dist = dists.get(dist_key(name))
     return str(dist.get("version")) if isinstance(dist, dict) and dist.get("version") else None
 
 
@@ -133,7 +133,7 @@ FACT_ROWS: Tuple[Tuple[str, Tuple[str, ...], Callable[[Snapshot], str]], ...] = 
     ("torch", ("torch.version", "torch.cuda"), _torch),
     ("CUDA toolkit", ("cuda.home",), _toolkit),
     ("vLLM", ("packages.dists.vllm",), _package("vllm")),
-    ("flash-attn", tuple(f"packages.dists.{normalize(n)}" for n in FLASH_ATTN), _flash_attn),
+    ("flash-attn", tuple(f"packages.dists.{dist_key(n)}" for n in FLASH_ATTN), _flash_attn),
     ("NCCL (wheel)", ("nccl.version",) + tuple(f"packages.dists.nvidia-nccl-cu{v}" for v in (11, 12, 13)), _nccl),
     ("Ray", ("packages.dists.ray",), _package("ray")),
     ("/dev/shm", ("host.shm_total",), _shm),
