@@ -10,7 +10,7 @@ from gpudoctor.redact import DEFAULT, Redactor
 from gpudoctor.render.values import show
 from gpudoctor.render.headlines import context, headline
 from gpudoctor.gates import not_checked
-from gpudoctor.rule import NOT_APPLICABLE, PASS, UNKNOWN, area_order, area_title
+from gpudoctor.rule import NOT_APPLICABLE, PASS, UNKNOWN, Finding, area_order, area_title
 
 
 def _cell(text: str) -> str:
@@ -21,9 +21,25 @@ LIMIT = 65536 - 4096  # GitHub's body limit, less room for the redaction pass
 GLYPHS = {"error": "✗", "warning": "!", "info": "i", PASS: "✓", UNKNOWN: "?", NOT_APPLICABLE: "–"}
 
 
+def finding_lines(finding: Finding, heading: str = "###") -> List[str]:
+    """One finding as Markdown: heading, what was seen, the evidence, the fix (one node's report
+    and the cluster's, render/matrix.py, both write findings with it)."""
+    from gpudoctor.report import code
+
+    subject = f" ({finding.subject})" if finding.subject else ""
+    out = [f"{heading} {finding.severity.upper()} {finding.rule_id} {finding.name}{subject}", "", finding.message, ""]
+    for item in finding.evidence:
+        out.append(f"- {code(item.path)} = {code(show(item.path, item.value))}")
+    if finding.fix:
+        out += ["", f"**Fix:** {finding.fix.summary}"]
+        if finding.fix.commands:
+            out += ["", "```sh", *finding.fix.commands, "```"]
+    out.append("")
+    return out
+
+
 def render(result: Result, fail_on: str, redactor: Optional[Redactor] = None) -> str:
     from gpudoctor.render.text import _n, area_state
-    from gpudoctor.report import code
 
     counts = result.counts()
     gated = result.gated(fail_on)
@@ -48,22 +64,7 @@ def render(result: Result, fail_on: str, redactor: Optional[Redactor] = None) ->
         out.append(f"| {GLYPHS[state]} | {area_title(area)} | {_cell(headline(area, result.snapshot))} |")
     out.append("")
     for finding in result.findings:
-        subject = f" ({finding.subject})" if finding.subject else ""
-        out.append(f"### {finding.severity.upper()} {finding.rule_id} {finding.name}{subject}")
-        out.append("")
-        out.append(finding.message)
-        out.append("")
-        for item in finding.evidence:
-            out.append(f"- {code(item.path)} = {code(show(item.path, item.value))}")
-        if finding.fix:
-            out.append("")
-            out.append(f"**Fix:** {finding.fix.summary}")
-            if finding.fix.commands:
-                out.append("")
-                out.append("```sh")
-                out.extend(finding.fix.commands)
-                out.append("```")
-        out.append("")
+        out.extend(finding_lines(finding))
     body = "\n".join(out) + "\n"
     snapshot = result.snapshot.dumps().rstrip()
     if len(body) + len(snapshot) < LIMIT:  # GitHub refuses a comment or issue body past 65,536

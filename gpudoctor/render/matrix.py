@@ -342,21 +342,10 @@ def _md(text: Any) -> str:
 
 
 def _md_findings(findings, out: List[str], heading: str = "####") -> None:
+    from gpudoctor.render.markdown import finding_lines
+
     for finding in findings:
-        subject = f" ({finding.subject})" if finding.subject else ""
-        out.append(f"{heading} {finding.severity.upper()} {finding.rule_id} {finding.name}{subject}")
-        out.append("")
-        out.append(finding.message)
-        out.append("")
-        for item in finding.evidence:
-            value = item.value if isinstance(item.value, str) else repr(item.value)
-            out.append(f"- `{item.path}` = `{value}`")
-        if finding.fix:
-            out.append("")
-            out.append(f"**Fix:** {finding.fix.summary}")
-            if finding.fix.commands:
-                out.extend(["", "```sh", *finding.fix.commands, "```"])
-        out.append("")
+        out.extend(finding_lines(finding, heading))
 
 
 def markdown(result: ClusterResult, fail_on: str = "error", redactor: Any = None) -> str:
