@@ -68,6 +68,10 @@ def with_command(argv: List[str]) -> List[str]:
 
 def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] = None,
          stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
+    from gpudoctor import runner
+
+    # --timeout counts from the process start when we are the program (start-up included), from now in-process.
+    runner.begin(from_process_start=argv is None)
     argv = with_command(list(sys.argv[1:] if argv is None else argv))
     io = IO(dict(os.environ if environ is None else environ), encodable(stdout or sys.stdout), encodable(stderr or sys.stderr))
     args = None

@@ -36,7 +36,7 @@ class SnapshotFiles(argparse.Action):
 
 def add_probe_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", "--debug", dest="verbose", action="store_true", help="show unknown rules and tracebacks")
-    parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="deadline for all probes together (default 10 s)")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="answer within S seconds, start-up included: the probes stop in time for the verdict (default 10 s)")
     parser.add_argument("--root", default="/", help=argparse.SUPPRESS)  # fake filesystem root, for tests
     parser.add_argument("--python", metavar="PY", help="inspect the environment of this interpreter (e.g. the venv vLLM lives in) instead of gpudoctor's own")
     parser.add_argument("--deep", action="store_true", help="also load, in a child interpreter with a timeout, the stack's compiled extensions and every CUDA binary without code for the GPU (nothing launched): what the loader says (undefined symbol, missing library) goes into the findings")
@@ -64,8 +64,10 @@ def probe(args, io: IO, meanwhile=None):
         problem = python_option_error(python)
         if problem:
             raise UsageError(problem)
+    from gpudoctor import runner
+
     ctx = Context(root=args.root, environ=io.environ, timeout=args.timeout, port=getattr(args, "port", 8000), python=python,
-                  deep=bool(getattr(args, "deep", False)))
+                  deep=bool(getattr(args, "deep", False)), deadline=runner.work_deadline(args.timeout))
     running = start(ctx)
     if meanwhile is not None:
         meanwhile()

@@ -113,12 +113,14 @@ def _launch_command(args) -> list:
 
 def _add_launch_facts(snapshot, command, args, io: IO) -> None:
     """The launch command's facts (flags, model config, parallel plan), as preflight reads them: files only."""
+    from gpudoctor import runner
     from gpudoctor.probes import Context, merge
     from gpudoctor.probes import launch as launch_probe
     from gpudoctor.probes.launch.probe import read_command
 
     ctx = Context(environ=dict(io.environ), timeout=args.timeout, python=getattr(args, "python", None),
-                  command=read_command(command), cwd=os.getcwd())
+                  command=read_command(command), cwd=os.getcwd(),
+                  deadline=runner.work_deadline(args.timeout))  # the probes after it share the deadline
     merge(snapshot, launch_probe.collect(ctx))
 
 

@@ -63,7 +63,7 @@ def _command(args) -> list:
 
 def run(args, io: IO) -> int:
     from gpudoctor.commands.check import render, selected_rules
-    from gpudoctor import registry
+    from gpudoctor import registry, runner
     from gpudoctor.engine import run_rules
     from gpudoctor.probes import Context, merge
     from gpudoctor.probes import launch as launch_probe
@@ -83,7 +83,8 @@ def run(args, io: IO) -> int:
         launch = read_command(command or None, args.from_file, dict(io.environ))
     except CommandFileError as exc:
         raise UsageError(str(exc)) from None
-    launch_ctx = Context(environ=dict(io.environ), timeout=args.timeout, python=python, command=launch, cwd=os.getcwd())
+    launch_ctx = Context(environ=dict(io.environ), timeout=args.timeout, python=python, command=launch, cwd=os.getcwd(),
+                         deadline=runner.work_deadline(args.timeout))  # the probes after it share the deadline
     facts = launch_probe.collect(launch_ctx)
 
     inferred = None

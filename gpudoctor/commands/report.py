@@ -50,7 +50,6 @@ def run(args, io: IO) -> int:
     to_stdout = args.output == "-"  # "-o -": stdout, as every other tool means it
     if to_stdout:
         args.output = None
-    deadline = time.monotonic() + args.timeout  # the probes and the bundle's nvidia-smi -q share it
 
     if args.log_lines < 0:
         raise UsageError("--log-lines must be 0 or more")
@@ -71,13 +70,14 @@ def run(args, io: IO) -> int:
         problem = bounded.special_file(args.log)
         if problem:  # before the probes run: a device or socket is refused at once
             raise UsageError(f"cannot read --log {args.log}: {problem}")
+    smi = []  # the bundle's nvidia-smi -q: run while the probes run, under the same deadline
     files = getattr(args, "snapshots", None) or []
     if len(files) > 1:  # one file per node (the Slurm/ssh path)
         from gpudoctor.commands.cluster import files_snapshot
 
         snapshot = files_snapshot(files, None)
     else:
-        snapshot = load_snapshot(args.snapshot) if args.snapshot else probe(args, io)
+        snapshot = load_snapshot(args.snapshot) if args.snapshot else probe(args, io, meanwhile=lambda: _meanwhile(args, smi))
     from gpudoctor.cluster import is_cluster
 
     if is_cluster(snapshot):
@@ -111,7 +111,7 @@ def run(args, io: IO) -> int:
         members = [("report.md", markdown), ("report.json", document), ("snapshot.json", redactor(snapshot.dumps()))]
         if rep.log is not None:
             members.append(("log-excerpt.txt", redactor(rep.log.excerpt_text())))
-        name, text = report.nvidia_smi_q(live=not args.snapshot, deadline=deadline)
+        name, text = smi[0] if smi else report.nvidia_smi_q(live=False)
         members.append((name, redactor(text)))
         try:
             report.write_bundle(bundle_path, members)
@@ -125,6 +125,16 @@ def run(args, io: IO) -> int:
     elif to_stdout or not args.bundle:
         io.stdout.write(main)
     return ExitCode.FINDINGS if rep.result.gated(args.fail_on) else ExitCode.OK
+
+
+def _meanwhile(args, smi) -> None:
+    """While the probe threads work: load the rules, and run the bundle's nvidia-smi -q (it shares the
+    probes' deadline; run after them it would only start once they had used it all)."""
+    from gpudoctor import registry, report, runner
+
+    registry.load_rules()
+    if args.bundle:
+        smi.append(report.nvidia_smi_q(live=True, deadline=runner.work_deadline(args.timeout)))
 
 
 def _cluster_report(snapshot, args, io: IO) -> int:

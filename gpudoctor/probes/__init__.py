@@ -42,7 +42,9 @@ class Context:
     port: int = 8000  # the serving port whose listeners probes.processes reports
     python: Optional[str] = None  # --python: probe that interpreter's environment (probes.pystack)
     deep: bool = False  # --deep: also import the stack's extensions in a child interpreter (probes.deep)
-    deadline: Optional[float] = None  # time.monotonic() when the whole run must be done (set by start())
+    # time.monotonic() when the probes must be done; while they run, the cut-off for every subprocess
+    # they start (pass it as runner.run(..., deadline=ctx.deadline)). Set by the command, else by start().
+    deadline: Optional[float] = None
     cwd: Optional[str] = None  # where relative paths of the launch command resolve (probes.launch)
     command: Any = None  # the launch command, a probes.launch.probe.Command (probes.launch)
     smoke: Any = None  # the server to check, a probes.smoke.session.Options (probes.smoke)
@@ -99,7 +101,7 @@ class Running:
         self.results: Dict[str, Tuple[str, object]] = {}
         self.threads = [(name, threading.Thread(target=self._work, args=(name, probe), name=f"probe-{name}", daemon=True))
                         for name, probe in probes]
-        self._own_deadline = ctx.deadline is None
+        self._given = ctx.deadline
         # Only a probe that waits on a child process gains from starting first; the in-process one
         # would only share the GIL with the other modules' imports.
         first = [i for i, (name, _) in enumerate(probes) if name in FIRST and ctx.python]
@@ -110,16 +112,23 @@ class Running:
                 preload = getattr(probes[i][1], "preload", None)
                 if preload is not None:
                     preload()
-            self._clock()  # imports are not part of any probe's time (nor of the deadline)
+            self._clock()  # imports are not part of any probe's time (nor of a library caller's timeout)
             for i in group:
                 self.threads[i][1].start()
 
     def _clock(self) -> None:
         self.started = time.monotonic()
-        if self._own_deadline:  # every subprocess a probe runs is cut to what is left of it
-            # A little before the join deadline, so a cut-off subprocess still becomes the probe's own
-            # fact ("nvidia-smi did not answer within 1.3 s") rather than "probe gpus: no answer".
-            self.ctx.deadline = self.started + max(self.ctx.timeout - 0.2, self.ctx.timeout * 0.9)
+        # ctx.deadline given: the command's (runner.work_deadline, from the process start: start-up and
+        # these imports count, as the person waiting counts them). None: a library caller; its timeout
+        # starts when the probes can run, after the imports.
+        if self._given is not None:
+            self.until = self._given
+        else:
+            self.until = self.started + self.ctx.timeout
+        # Every subprocess a probe runs is cut a little before the join, so a cut-off subprocess still
+        # becomes the probe's own fact ("nvidia-smi did not answer within 1.3 s"), not "probe gpus: no
+        # answer"; 0.5 s: at load 15 on 2 cores a thread woken at the cut-off needs a few hundred ms.
+        self.ctx.deadline = self.until - min(0.5, self.ctx.timeout * 0.1)
 
     def _work(self, name: str, probe: Probe) -> None:
         t0 = time.monotonic()
@@ -133,7 +142,7 @@ class Running:
         ctx = self.ctx
         snapshot = Snapshot(meta={"root": ctx.root})
         for name, thread in self.threads:
-            thread.join(min(threading.TIMEOUT_MAX, max(0.0, ctx.timeout - (time.monotonic() - self.started))))
+            thread.join(min(threading.TIMEOUT_MAX, max(0.0, self.until - time.monotonic())))
             outcome = self.results.get(name)
             if outcome is None:
                 snapshot.facts[f"probe.{name}"] = Fact(None, TIMEOUT, "gpudoctor", f"no answer within {ctx.timeout:g} s")

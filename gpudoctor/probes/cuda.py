@@ -52,13 +52,16 @@ _SHADOW = re.compile(r"^(" + "|".join(prefix for prefix, _ in SHADOW_LIBS) + r")
 
 def collect(ctx) -> Dict[str, Any]:
     env = ctx.environ
+    # nvcc --version runs (cached per path) and the compilers' --version share the probe's deadline:
+    # eight toolkits with a hung nvcc each cost what is left of it, not 8 x NVCC_TIMEOUT.
     cache: Dict[str, Dict[str, Any]] = {}
+    deadline = getattr(ctx, "deadline", None)
     facts: Dict[str, Fact] = {}
     path_nvcc = shutil.which("nvcc", path=env.get("PATH", ""))
-    facts["cuda.nvcc"] = _path_nvcc(path_nvcc, env, cache)
+    facts["cuda.nvcc"] = _path_nvcc(path_nvcc, env, cache, deadline)
     facts["cuda.home"] = _home(ctx, path_nvcc, cache)
     facts["cuda.toolkits"] = _toolkits(ctx, path_nvcc, cache)
-    facts["cuda.gcc"] = _compilers(env)
+    facts["cuda.gcc"] = _compilers(env, deadline)
     facts["cuda.ld_library_path_shadows"] = _shadows(ctx)
     return facts
 
@@ -70,7 +73,7 @@ def parse_nvcc_version(text: str) -> Optional[Tuple[str, Optional[str]]]:
     return (match.group(1), match.group(2)) if match else None
 
 
-def nvcc_version(nvcc: str, env, cache: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+def nvcc_version(nvcc: str, env, cache: Dict[str, Dict[str, Any]], deadline: Optional[float] = None) -> Dict[str, Any]:
     """nvcc's version: {"version": "13.0", "full": "13.0.88", "source"} or {"error", "status"}.
 
     From the toolkit's version.json (its ``cuda_nvcc`` component) when nvcc sits in that
@@ -83,7 +86,7 @@ def nvcc_version(nvcc: str, env, cache: Dict[str, Dict[str, Any]]) -> Dict[str, 
     if stated:
         cache[nvcc] = stated
         return stated
-    done = runner.run([nvcc, "--version"], timeout=NVCC_TIMEOUT, env=env)
+    done = runner.run([nvcc, "--version"], timeout=NVCC_TIMEOUT, env=env, deadline=deadline)
     if done.status != "ok":
         result: Dict[str, Any] = {"error": done.detail or done.status, "status": done.status}
     else:
@@ -128,7 +131,7 @@ def toolkit_version_file(root: str) -> Optional[Dict[str, str]]:
     return None
 
 
-def describe_toolkit(root: str, env, cache: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+def describe_toolkit(root: str, env, cache: Dict[str, Dict[str, Any]], deadline: Optional[float] = None) -> Dict[str, Any]:
     nvcc = os.path.join(root, "bin", "nvcc")
     item: Dict[str, Any] = {"path": root, "realpath": os.path.realpath(root)}
     stated = toolkit_version_file(root)
@@ -137,7 +140,7 @@ def describe_toolkit(root: str, env, cache: Dict[str, Dict[str, Any]]) -> Dict[s
         item["version_source"] = stated["source"]
     if os.path.isfile(nvcc):
         item["nvcc"] = nvcc
-        result = nvcc_version(nvcc, env, cache)
+        result = nvcc_version(nvcc, env, cache, deadline)
         if "version" in result:
             item["nvcc_version"] = result["version"]
             item["nvcc_version_source"] = result.get("source", "")
@@ -155,12 +158,12 @@ def describe_toolkit(root: str, env, cache: Dict[str, Dict[str, Any]]) -> Dict[s
 
 
 # --- the facts ---------------------------------------------------------------------------------
-def _path_nvcc(path_nvcc: Optional[str], env, cache) -> Fact:
+def _path_nvcc(path_nvcc: Optional[str], env, cache, deadline: Optional[float] = None) -> Fact:
     if not path_nvcc:
         return missing(ABSENT, "no nvcc on PATH", "PATH")
     value: Dict[str, Any] = {"path": path_nvcc, "realpath": os.path.realpath(path_nvcc)}
     value["toolkit"] = os.path.dirname(os.path.dirname(path_nvcc))
-    result = nvcc_version(path_nvcc, env, cache)
+    result = nvcc_version(path_nvcc, env, cache, deadline)
     if "version" not in result:
         return missing(result.get("status", "error") if result.get("status") in ("timeout", "error") else "error",
                        f"{path_nvcc} --version: {result['error']}", "nvcc --version", value)
@@ -191,7 +194,7 @@ def _home(ctx, path_nvcc: Optional[str], cache) -> Fact:
     if home is None:
         return missing(ABSENT, "torch would find no CUDA toolkit: CUDA_HOME and CUDA_PATH are unset, "
                        "no nvcc on PATH, no /usr/local/cuda", source)
-    value = describe_toolkit(home, env, cache)
+    value = describe_toolkit(home, env, cache, getattr(ctx, "deadline", None))
     value["source"] = how
     value["exists"] = os.path.isdir(home)
     value["env"] = {name: env[name] for name in ("CUDA_HOME", "CUDA_PATH") if env.get(name)}
@@ -246,7 +249,7 @@ def _toolkits(ctx, path_nvcc: Optional[str], cache) -> Fact:
             continue  # e.g. /usr/local when nvcc on PATH is a wrapper in /usr/local/bin
         if len(found) >= MAX_TOOLKITS:
             break
-        item = describe_toolkit(path, ctx.environ, cache)
+        item = describe_toolkit(path, ctx.environ, cache, getattr(ctx, "deadline", None))
         item["aliases"] = []
         item["sources"] = [how]
         found[real] = item
@@ -276,7 +279,7 @@ def parse_compiler_version(first_line: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _compilers(env) -> Fact:
+def _compilers(env, deadline: Optional[float] = None) -> Fact:
     wanted: List[Tuple[str, str]] = []
     for name in ("CC", "CUDAHOSTCXX", "NVCC_CCBIN"):
         if env.get(name, "").strip():
@@ -305,7 +308,7 @@ def _compilers(env) -> Fact:
         if not exe:
             item["error"] = f"{argv[0]} not found"
             continue
-        done = runner.run(argv + ["--version"], timeout=NVCC_TIMEOUT, env=env)
+        done = runner.run(argv + ["--version"], timeout=NVCC_TIMEOUT, env=env, deadline=deadline)
         first = (done.stdout.strip().splitlines() or [""])[0]
         parsed = parse_compiler_version(first) if done.status == "ok" else None
         if parsed is None:

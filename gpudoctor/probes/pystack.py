@@ -180,7 +180,8 @@ def collect_other(python: str, environ, timeout: float, record: str = "stack", d
             reason = f"unexpected output: {done.stdout.strip()[:120]!r}"
         return _failed(python, ERROR, f"the probe in {python} failed: {reason}", source)
     if done.status == "timeout":
-        return _failed(python, TIMEOUT, f"{python} did not answer within {limit:g} s", source)
+        # The runner's own reason: the limit it really had (cut to the deadline), or "not run: no time left".
+        return _failed(python, TIMEOUT, done.detail or f"{python} did not answer within {limit:g} s", source)
     if done.status == "absent":
         return _failed(python, "absent", f"{python}: not found", source)
     stderr_lines = [line for line in done.stderr.strip().splitlines() if line.strip()]

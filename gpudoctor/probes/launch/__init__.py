@@ -21,13 +21,15 @@ from typing import Any, Dict
 
 def collect(ctx: Any) -> Dict[str, Any]:
     """``launch.*``, ``model.*`` and ``drafter.*`` facts of ``ctx.command`` (none without one);
-    tracebacks of what could not be read go to ``ctx.debug``. Cut at 30 s whatever ctx.timeout says:
+    tracebacks of what could not be read go to ``ctx.debug``. An interpreter asked for its sys.path gets
+    half of ctx.timeout (at most 30 s) and never runs past ctx.deadline: the machine's probes share it.
     vLLM's source is read, never run."""
     from gpudoctor.probes.launch.probe import inspect_command
     from gpudoctor.probes.pyenv import search_paths
 
     if ctx.command is None:
         return {}
-    _, facts, debug = inspect_command(ctx.command, dict(ctx.environ), ctx.python, search_paths(), ctx.cwd, min(ctx.timeout, 30.0))
+    _, facts, debug = inspect_command(ctx.command, dict(ctx.environ), ctx.python, search_paths(), ctx.cwd,
+                                      min(ctx.timeout * 0.5, 30.0), getattr(ctx, "deadline", None))
     ctx.debug.extend(debug)
     return facts

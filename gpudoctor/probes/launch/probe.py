@@ -188,9 +188,10 @@ def inspect(argv: Optional[Sequence[str]] = None, from_file: Optional[str] = Non
 
 def inspect_command(command: Command, environ: Dict[str, str], python: Optional[str] = None,
                     own_paths: Optional[List[str]] = None, cwd: Optional[str] = None,
-                    timeout: float = 5.0) -> Tuple[parser.Launch, Dict[str, Fact], List[str]]:
+                    timeout: float = 5.0, deadline: Optional[float] = None) -> Tuple[parser.Launch, Dict[str, Fact], List[str]]:
     """(the parsed launch, its facts, debug tracebacks) of a command already read; never raises
-    for a readable command (an odd vLLM tree or model is a fact)."""
+    for a readable command (an odd vLLM tree or model is a fact). ``timeout``: for each interpreter
+    asked for its sys.path; ``deadline``: the command's (from --timeout), none runs past it."""
     debug: List[str] = []
     script_env, notes, source = dict(command.script_env), list(command.notes), command.source
     argv = list(command.argv)
@@ -204,7 +205,7 @@ def inspect_command(command: Command, environ: Dict[str, str], python: Optional[
     kind_guess, _, _ = parser.classify(program_argv)
     if kind_guess != "other":
         try:
-            location = vllm_source.locate(program_argv, run_env, python, own_paths, timeout)
+            location = vllm_source.locate(program_argv, run_env, python, own_paths, timeout, deadline)
             if location.package:
                 found = vllm_source.everything(location.package)
         except Exception as exc:  # never let an odd vLLM tree take the doctor down

@@ -97,13 +97,14 @@ def _shebang(path: str) -> Optional[str]:
     return words[0]
 
 
-def interpreter_paths(python: str, environ: Dict[str, str], timeout: float) -> Optional[List[str]]:
-    """sys.path of another interpreter (it prints it; nothing is imported there)."""
+def interpreter_paths(python: str, environ: Dict[str, str], timeout: float, deadline: Optional[float] = None) -> Optional[List[str]]:
+    """sys.path of another interpreter (it prints it; nothing is imported there), within ``timeout``
+    and never past ``deadline`` (the command's, from --timeout)."""
     from gpudoctor import runner
 
     program = "import sys, json; sys.stdout.write(json.dumps([p for p in sys.path if p]))"
     env = dict(environ)
-    done = runner.run([python, "-c", program], timeout=timeout, env=env)
+    done = runner.run([python, "-c", program], timeout=timeout, env=env, deadline=deadline)
     if done.status != "ok":
         return None
     from gpudoctor import bounded
@@ -152,12 +153,12 @@ def _version(package: str, paths: Sequence[str]) -> Tuple[Optional[str], Optiona
 
 
 def locate(program_argv: Sequence[str], environ: Dict[str, str], python: Optional[str] = None,
-           own_paths: Optional[List[str]] = None, timeout: float = 5.0) -> Location:
+           own_paths: Optional[List[str]] = None, timeout: float = 5.0, deadline: Optional[float] = None) -> Location:
     """The vLLM the launch command will run: its script's venv, its python, --python, or ours."""
     looked: List[str] = []
     candidates: List[Tuple[str, List[str]]] = []
     if python:
-        paths = interpreter_paths(python, environ, timeout)
+        paths = interpreter_paths(python, environ, timeout, deadline)
         looked.append(f"--python {python}")
         if paths:
             candidates.append((f"--python {python}", paths))
@@ -174,14 +175,14 @@ def locate(program_argv: Sequence[str], environ: Dict[str, str], python: Optiona
             interp = _shebang(resolved)
             if interp and os.path.isfile(interp) and os.access(interp, os.X_OK):
                 if not any(_find_package(paths) for _, paths in candidates):
-                    paths = interpreter_paths(interp, environ, timeout)
+                    paths = interpreter_paths(interp, environ, timeout, deadline)
                     if paths:
                         candidates.append((f"{interp} (the interpreter of {resolved})", paths))
         elif resolved and re.match(r"^python[0-9.]*$", base):
             looked.append(resolved)
             same = own_paths is not None and same_environment(resolved)
             if not same:
-                paths = interpreter_paths(resolved, environ, timeout)
+                paths = interpreter_paths(resolved, environ, timeout, deadline)
                 if paths:
                     candidates.append((resolved, paths))
         elif not resolved and base:
