@@ -72,6 +72,14 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
 
     # --timeout counts from the process start when we are the program (start-up included), from now in-process.
     runner.begin(from_process_start=argv is None)
+    try:
+        return _main(argv, environ, stdout, stderr)
+    finally:
+        runner.end()  # a command run later in this process (a test, a library) counts from its own start
+
+
+def _main(argv: Optional[List[str]], environ: Optional[Mapping[str, str]], stdout: Optional[TextIO],
+          stderr: Optional[TextIO]) -> int:
     argv = with_command(list(sys.argv[1:] if argv is None else argv))
     io = IO(dict(os.environ if environ is None else environ), encodable(stdout or sys.stdout), encodable(stderr or sys.stderr))
     args = None

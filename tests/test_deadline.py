@@ -96,11 +96,24 @@ def test_in_process_the_timeout_counts_from_the_call():
     assert runner.command_deadline(5) - time.monotonic() > 4
 
 
+def test_a_command_run_after_main_returned_counts_from_its_own_start():
+    """Tests run a command module's run() directly: the anchor of an earlier main() must not stick
+    (it did: the probes of every later check in that process were given a deadline long past)."""
+    from gpudoctor.cli import main
+
+    assert main(["--version"]) == 0
+    time.sleep(1.0)
+    assert runner.command_deadline(5) - time.monotonic() > 4.5
+
+
 def test_work_deadline_leaves_a_reserve_for_the_answer():
     runner.begin(from_process_start=False)
-    assert runner.work_deadline(10) < runner.command_deadline(10)
-    assert 0 < runner.command_deadline(10) - runner.work_deadline(10) <= 1
-    assert runner.work_deadline(1) > runner.command_deadline(1) - 0.5  # a short timeout keeps most of it
+    try:
+        assert runner.work_deadline(10) < runner.command_deadline(10)
+        assert 0 < runner.command_deadline(10) - runner.work_deadline(10) <= 1
+        assert runner.work_deadline(1) > runner.command_deadline(1) - 0.5  # a short timeout keeps most of it
+    finally:
+        runner.end()
 
 
 def test_report_bundle_runs_nvidia_smi_q_alongside_the_probes(tmp_path):

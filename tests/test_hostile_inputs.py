@@ -108,8 +108,10 @@ def test_a_hostile_nvidia_smi_gives_a_verdict(tmp_path, kind):
     # 4 s: --timeout counts from the process start (start-up included), 1-2 s of it on a loaded box.
     proc = gd("check", "--timeout", "4", "--format", "json", env=without_nvml(tmp_path, bindir))
     assert proc.returncode in (0, 1), proc.stderr
-    doc = json.loads(proc.stdout)
-    assert doc["snapshot"]["facts"]["gpu.count"]["status"] in ("timeout", "error")
+    facts = json.loads(proc.stdout)["snapshot"]["facts"]
+    # Under heavy load the probe thread may not be back from the cut-off nvidia-smi by the join: then the
+    # probe itself is the timeout fact.
+    assert (facts.get("gpu.count") or facts["probe.gpus"])["status"] in ("timeout", "error")
 
 
 @pytest.mark.parametrize("kind", ["flood", "hang", "garbage"])
