@@ -3,7 +3,8 @@
     python benchmarks/hostile_inputs.py [--timeout 5]
 
 Cases: a flooding, a hanging (with a grandchild) and a garbage-printing `nvidia-smi` (a fake
-script first on PATH) for `check` and `report --bundle`; the same three as `--python`; a
+script first on PATH) for `check`, `snapshot` and `report --bundle`; the same three as `--python` (and
+for `preflight`); a
 FIFO, /dev/zero and a directory given to --snapshot, explain --log and preflight
 --from-file; a 16 MiB snapshot; the 42-line `A=$A$A` script and a 1 MiB line. The budget:
 a verdict within --timeout + 1 s and at most 100 MB peak RSS; exit 2 within 1 s for the
@@ -80,7 +81,12 @@ def main() -> int:
             rows.append((f"nvidia-smi {kind}: check", t + 1, *run(["check", "--timeout", str(t)], env)))
             rows.append((f"nvidia-smi {kind}: report --bundle", t + 1,
                          *run(["report", "--bundle", "-o", str(tmp_path / f"{kind}.tar.gz"), "--timeout", str(t)], env)))
+            rows.append((f"nvidia-smi {kind}: snapshot", t + 1, *run(["snapshot", "-o", str(tmp_path / f"{kind}.json"), "--timeout", str(t)], env)))
             rows.append((f"--python {kind}: check", t + 1, *run(["check", "--timeout", str(t), "--python", str(bindir / "python")])))
+            rows.append((f"--python {kind}: snapshot", t + 1, *run(["snapshot", "-o", str(tmp_path / f"py-{kind}.json"), "--timeout", str(t),
+                                                                   "--python", str(bindir / "python")])))
+            rows.append((f"--python {kind}: preflight", t + 1, *run(["preflight", "--timeout", str(t), "--python", str(bindir / "python"),
+                                                                    "--", "vllm", "serve", "m"])))
             rows.append((f"--python {kind}: report --bundle", t + 1,
                          *run(["report", "--bundle", "-o", str(tmp_path / f"py-{kind}.tar.gz"), "--timeout", str(t),
                                "--python", str(bindir / "python")])))
