@@ -20,7 +20,7 @@ from gpudoctor.commands.cluster import evaluate
 from gpudoctor.engine import run_rules
 from gpudoctor.render import matrix
 from gpudoctor.rule import NOT_APPLICABLE
-from gpudoctor.snapshot import Snapshot
+from gpudoctor.snapshot import Snapshot, ok
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOTS = REPO / "tests" / "fixtures" / "snapshots"
@@ -91,6 +91,50 @@ def test_merge_and_split_round_trip():
     with pytest.raises(ValueError):
         cluster.merge([cluster.Member("x.y")])
 
+
+
+def test_a_hand_edited_node_list_keeps_only_well_formed_entries():
+    merged = cluster.merge([cluster.Member("a", snapshot=Snapshot.from_json(load("h200.json"))),
+                            cluster.Member("b", cluster.UNREACHABLE, "gone")], "test")
+    merged.facts[cluster.NODES_FACT].value += [
+        "not a node", {"name": "bad.name", "status": "ok"}, {"name": "a", "status": "ok"}, {"name": "c", "status": "asleep"}]
+    assert [(e["name"], e["status"]) for e in cluster.node_entries(merged)] == [("a", "ok"), ("b", "unreachable")]
+    assert [name for name, _ in cluster.reachable(merged)] == ["a"]
+    merged.facts[cluster.NODES_FACT] = ok({"a": "ok"}, "hand-edited")
+    assert cluster.node_entries(merged) == [] and cluster.reachable(merged) == []
+
+
+def test_a_saved_cluster_file_contributes_its_nodes(tmp_path):
+    saved = tmp_path / "saved.json"
+    saved.write_text(cluster.merge(
+        [cluster.Member("n1", snapshot=Snapshot.from_json(load("h200.json")), head=True, address="10.0.0.1"),
+         cluster.Member("n2", cluster.UNREACHABLE, "Ray marks this node dead")], "ray 10.0.0.1:6379").dumps(), encoding="utf-8")
+    other = write(tmp_path, "third", put(load("h200x2.json"), "host.hostname", "n3.cluster.example"))
+    merged = cluster.from_files([str(saved), other])
+    entries = cluster.node_entries(merged)
+    assert [(e["name"], e["status"]) for e in entries] == [("n1", "ok"), ("n2", "unreachable"), ("n3", "ok")]
+    assert entries[0]["head"] and entries[0]["source"] == f"{saved}: n1" and entries[2]["source"] == other
+    assert cluster.node_snapshot(merged, "n1").value("gpu.count") == 1 and cluster.node_snapshot(merged, "n3").value("gpu.count") == 2
+    code, out, _ = gd("check", "--snapshot", str(saved), "--snapshot", other)
+    assert code == 1 and "GD901 cluster-node-unreachable [n2]" in out and "Node n1 (head)" in out
+
+
+def test_verbose_lists_what_was_not_applicable_across_nodes_and_on_each(tmp_path):
+    a, b = write(tmp_path, "a", load("h200.json")), write(tmp_path, "b", load("h200.json"))
+    quiet = gd("check", "--snapshot", a, "--snapshot", b)[1]
+    code, out, _ = gd("check", "--snapshot", a, "--snapshot", b, "-v")
+    assert "GD907 cluster-parallel-plan-does-not-fit: not applicable: " in out and "GD907" not in quiet
+    per_node = [line for line in out.splitlines() if line.startswith("    ") and ": not applicable: " in line and " GD9" not in line]
+    assert len(per_node) >= 2 and len(per_node) % 2 == 0  # the same single-node rules on both nodes
+
+
+def test_gpu_target_applies_to_every_node_file(tmp_path):
+    a, b = write(tmp_path, "a", load("h200.json")), write(tmp_path, "b", load("h200x2.json"))
+    code, doc, _ = gd_json("check", "--snapshot", a, "--snapshot", b, "--gpu", "2xA100-80GB")
+    row = next(r for r in doc["matrix"]["rows"] if r["label"] == "GPUs (visible)")
+    assert row["values"] == {"a": "2 × A100 (cc 8.0)", "b": "2 × A100 (cc 8.0)"} and not row["differs"]
+    assert doc["snapshot"]["facts"]["node.a.gpu.1.memory_total"]["value"] == 80 << 30
+    assert not by_id(doc, "GD905") and not by_id(doc, "GD906")
 
 def test_cluster_rules_are_not_applicable_on_one_node():
     result = run_rules(Snapshot.from_json(load("h200.json")), [m for m in RULES if m.area == "cluster"])
