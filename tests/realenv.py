@@ -330,6 +330,13 @@ def closure_venv(version: str, python: str = sys.executable, metadata_only: Iter
     return target / "bin" / "python"
 
 
+def release_venv(version: str) -> Path:
+    """``closure_venv`` with the tier's disk policy: the nvidia-*-cu12 wheels of a CUDA 12 release
+    (its lock has nvidia-cuda-runtime-cu12) as their dist-info alone; a CUDA 13 release whole."""
+    cuda12 = any(pin.startswith("nvidia-cuda-runtime-cu12==") for _, pin, _ in closure_lock(version))
+    return closure_venv(version, metadata_only=[r"nvidia-.*-cu12"] if cuda12 else [])
+
+
 def _site(venv: Path) -> Path:
     return venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
 

@@ -85,7 +85,9 @@ def torch_cuda_major(python) -> int:
 
 
 def closure_python(version):
-    return realenv.closure_venv(version, metadata_only=[r"nvidia-.*-cu12"] if version in CUDA12_LINE else [])
+    python = realenv.release_venv(version)
+    assert (version in CUDA12_LINE) == (torch_cuda_major(python) == 12), version
+    return python
 
 
 @pytest.mark.parametrize("version", RELEASES)

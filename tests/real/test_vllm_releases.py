@@ -54,11 +54,11 @@ def oracle_python(version: str) -> Path:
 
 def verdicts(version: str) -> list:
     """vLLM's own verdict on the corpus, computed once per release and oracle script."""
-    python = oracle_python(version)
     digest = hashlib.sha256(ORACLE.read_bytes()).hexdigest()[:12]
     cache = realenv.CACHE / "oracle" / f"vllm-{version}-{digest}.json"
     if cache.exists():
         return json.loads(cache.read_text())
+    python = oracle_python(version)
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     cache.parent.mkdir(parents=True, exist_ok=True)
@@ -88,8 +88,9 @@ def blocked(vllm_script: Path, argv: list) -> list:
 @pytest.mark.parametrize("version", RELEASES)
 def test_preflight_agrees_with_vllms_own_parser(version):
     corpus = verdicts(version)
-    python = oracle_python(version)
-    script = python.parent / "vllm"
+    # preflight reads the vLLM of the command's venv (source, never imported): the same release as
+    # `pip install vllm==X` installs it, so the oracle's own venv is needed only to compute verdicts.
+    script = realenv.release_venv(version).parent / "vllm"
     assert script.exists()
     false_blocks, missed, kinds = [], [], Counter()
     refused = sum(1 for c in corpus if c["refused"])

@@ -31,6 +31,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 FILE_LIMIT = 4 << 20
 MAX_CONFIG_FILES = 200
+MAX_FOLLOWED = 40  # modules read only because a flag's type is imported from them
 HUMAN_INT_FIELDS = {"max_num_batched_tokens", "max_num_scheduled_tokens", "kv_cache_memory_bytes",
                     "safetensors_prefetch_block_size", "max_num_queued_tokens"}
 
@@ -86,6 +87,8 @@ class _Source:
         self.class_file: Dict[str, List[str]] = {}
         self.alias_file: Dict[str, List[str]] = {}
         self._texts: Dict[str, str] = {}
+        self._import_maps: Dict[str, Dict[str, Tuple[str, str]]] = {}
+        self._followed: Set[str] = set()
         files = sorted(glob.glob(os.path.join(package, "config", "**", "*.py"), recursive=True))[:MAX_CONFIG_FILES]
         files += [os.path.join(package, "config.py")] + [os.path.join(package, rel) for rel in flag_files]
         files += [os.path.join(package, rel) for rel in ("engine/arg_utils.py", "utils/argparse_utils.py",
@@ -121,7 +124,73 @@ class _Source:
         self.trees[path] = parsed
         return parsed
 
+    # Types defined outside the indexed files (a Literal alias in vllm/renderers/chat_utils/types.py,
+    # re-exported by its package __init__) are found the way Python finds them: through the
+    # `from vllm.x import Name` / `from .y import Name` lines of the files already read.
+    _IMPORT = re.compile(r"^from\s+(\.*[\w.]*)\s+import\s+(\([^)]*\)|[^\n]*)", re.M)
+
+    def _module_file(self, module: str, importer: str) -> Optional[str]:
+        dots = len(module) - len(module.lstrip("."))
+        if dots:
+            base = os.path.dirname(importer)
+            for _ in range(dots - 1):
+                base = os.path.dirname(base)
+            parts = [p for p in module[dots:].split(".") if p]
+        elif module == "vllm" or module.startswith("vllm."):
+            base, parts = os.path.dirname(self.package), module.split(".")
+        else:
+            return None  # not vLLM's own code
+        stem = os.path.join(base, *parts)
+        for path in (stem + ".py", os.path.join(stem, "__init__.py")):
+            if os.path.isfile(path) and os.path.realpath(path).startswith(os.path.realpath(self.package) + os.sep):
+                return path
+        return None
+
+    def _imports(self, path: str) -> Dict[str, Tuple[str, str]]:
+        """name bound in ``path`` -> (module file, name there), for its ``from … import`` lines."""
+        if path not in self._import_maps:
+            out: Dict[str, Tuple[str, str]] = {}
+            for match in self._IMPORT.finditer(self._texts.get(path, "")):
+                target = self._module_file(match.group(1), path)
+                if target is None:
+                    continue
+                for part in match.group(2).strip().strip("()").split(","):
+                    words = part.split("#")[0].split()
+                    if words == ["*"]:
+                        out.setdefault(f"*{target}", (target, "*"))  # `from .types import *`: any name may be there
+                    elif len(words) == 1 or (len(words) == 3 and words[1] == "as"):
+                        out[words[-1]] = (target, words[0])
+            self._import_maps[path] = out
+        return self._import_maps[path]
+
+    def follow(self, name: str, depth: int = 0) -> bool:
+        """Index the vLLM module a read file imports ``name`` from (bounded); whether it now defines it."""
+        if depth > 4 or len(self._followed) >= MAX_FOLLOWED:
+            return False
+        for path in list(self._texts):
+            imports = self._imports(path)
+            candidates = [imports[name]] if name in imports else [v for k, v in imports.items() if k.startswith("*")]
+            for target, original in candidates:
+                if self._follow_one(name, target, original if original != "*" else name, depth):
+                    return True
+        return False
+
+    def _follow_one(self, name: str, target: str, original: str, depth: int) -> bool:
+        if target in self._followed or len(self._followed) >= MAX_FOLLOWED:
+            return False
+        self._followed.add(target)
+        text = _read(target)
+        if text is None:
+            return False
+        self.texts_index(target, text)
+        if original != name and (original in self.class_file or original in self.alias_file):
+            self.class_file.setdefault(name, []).extend(self.class_file.get(original, []))
+            self.alias_file.setdefault(name, []).extend(self.alias_file.get(original, []))
+        return name in self.class_file or name in self.alias_file or self.follow(original, depth + 1)
+
     def classdef(self, name: str) -> Optional[ast.ClassDef]:
+        if name not in self.class_file and name not in self.alias_file:
+            self.follow(name)
         for path in self.class_file.get(name, []):
             tree = self.tree(path)
             for node in tree.body if tree else ():
@@ -130,6 +199,8 @@ class _Source:
         return None
 
     def alias(self, name: str) -> Optional[ast.AST]:
+        if name not in self.class_file and name not in self.alias_file:
+            self.follow(name)
         for path in self.alias_file.get(name, []):
             tree = self.tree(path)
             for node in tree.body if tree else ():
