@@ -9,9 +9,11 @@ import pytest
 from gpudoctor.probes.launch import parser, probe, vllm_args, vllm_source
 
 CONFIG = '''
+from enum import IntEnum
 from typing import Literal, Optional
 from pydantic import Field, ConfigDict
 from vllm.config.utils import config
+from vllm.renderers.chat import ContentFormat
 
 CacheDType = Literal["auto", "fp8", "fp8_e5m2"]
 ModelDType = Literal["auto", "half", "bfloat16"]
@@ -25,6 +27,12 @@ class CacheConfig:
 @config
 class ParallelConfig:
     tensor_parallel_size: int = Field(default=1, ge=1)
+    data_parallel_rpc_port: int = Field(default=29550, ge=1, le=65535)
+
+class OptimizationLevel(IntEnum):
+    O0 = 0
+    O1 = 1
+    O2 = 2
 
 @config
 class SpeculativeConfig:
@@ -40,10 +48,12 @@ class ModelConfig:
     quantization: QuantizationMethods | str | None = None
     served_model_name: list[str] | None = None
     max_model_len: int = Field(default=-1, ge=-1)
+    content_format: ContentFormat = "auto"
 
 @config
 class VllmConfig:
     speculative_config: SpeculativeConfig | None = None
+    optimization_level: OptimizationLevel = OptimizationLevel.O2
 '''
 
 ARG_UTILS = '''
@@ -68,13 +78,24 @@ class EngineArgs:
         group.add_argument("--quantization", "-q", **model_kwargs["quantization"])
         group.add_argument("--served-model-name", **model_kwargs["served_model_name"])
         group.add_argument("--max-model-len", **model_kwargs["max_model_len"])
+        group.add_argument("--content-format", **model_kwargs["content_format"])
+        group.add_argument("--data-parallel-rpc-port", "-dpp", type=int)
+        group.add_argument("--sse-keep-alive-interval", type=int, default=0)
         vllm_kwargs = get_kwargs(VllmConfig)
         vllm_kwargs["speculative_config"]["type"] = optional_type(json.loads)
+        group.add_argument("--optimization-level", **vllm_kwargs["optimization_level"])
         group.add_argument("--speculative-config", "-sc", **vllm_kwargs["speculative_config"])
         group.add_argument("--enable-log-requests", action=argparse.BooleanOptionalAction, default=False)
         group.add_argument("--mystery", **unknown_thing["x"])
         return parser
 '''
+
+# A type defined outside the files read, re-exported through a star import; a check of serve's own.
+CHAT = {"renderers/chat/__init__.py": "from .types import *\n",
+        "renderers/chat/types.py": "from typing import Literal\nContentFormat = Literal['auto', 'string', 'openai']\n",
+        "entrypoints/openai/cli_args.py": "def validate_parsed_serve_args(args):\n"
+                                         "    if getattr(args, 'sse_keep_alive_interval', 0) < 0:\n"
+                                         "        raise ValueError('--sse-keep-alive-interval must be a non-negative integer')\n"}
 
 ARGPARSE_UTILS = '''
 from argparse import ArgumentParser, BooleanOptionalAction
@@ -95,7 +116,7 @@ def tree(tmp_path_factory):
     site = root / "venv" / "lib" / "python3.11" / "site-packages"
     pkg = site / "vllm"
     for rel, text in {"__init__.py": "", "config/__init__.py": CONFIG, "engine/arg_utils.py": ARG_UTILS,
-                      "utils/argparse_utils.py": ARGPARSE_UTILS}.items():
+                      "utils/argparse_utils.py": ARGPARSE_UTILS, **CHAT}.items():
         path = pkg / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
@@ -151,6 +172,12 @@ def test_negative_forms_are_not_unknown_and_set_the_flag_false(tree):
     (("--speculative-config", "{bad"), "not valid JSON"),
     (("--enable-prefix-caching=yes",), "takes no value"),
     (("--served-model-name",), "at least one value"),
+    (("--content-format", "autox"), "invalid choice"),  # Literal of vllm/renderers/chat/types.py
+    (("--optimization-level", "3"), "invalid choice"),  # IntEnum values: 0, 1, 2
+    (("--optimization-level", "1.5"), "not a valid integer"),
+    (("--data-parallel-rpc-port", "0"), "out of range"),  # explicit add_argument: ParallelConfig's Field range
+    (("-dpp", "100000"), "out of range"),
+    (("--sse-keep-alive-interval", "-1"), "out of range"),  # validate_parsed_serve_args
 ])
 def test_invalid_values_are_errors(tree, flags, problem):
     launch, _, _ = launch_of(tree, *flags)
@@ -160,7 +187,9 @@ def test_invalid_values_are_errors(tree, flags, problem):
 def test_valid_values_pass(tree):
     launch, typed, _ = launch_of(tree, "--gpu-memory-utilization", "1", "-tp", "2", "--kv-cache-dtype", "fp8",
                                  "--dtype", "half", "-q", "awq_marlin", "--served-model-name", "a", "b", "--max-model-len", "32k",
-                                 "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}')
+                                 "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}',
+                                 "--content-format", "openai", "--optimization-level", "0", "-dpp", "65535",
+                                 "--sse-keep-alive-interval", "0")
     assert launch.errors == []
     assert typed["--served-model-name"] == ["a", "b"] and typed["--max-model-len"] == 32000
     assert typed["--tensor-parallel-size"] == 2

@@ -23,15 +23,13 @@ are computed in a way not handled here, a file this Python cannot parse) makes t
 from __future__ import annotations
 
 import ast
-import glob
 import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-FILE_LIMIT = 4 << 20
-MAX_CONFIG_FILES = 200
-MAX_FOLLOWED = 40  # modules read only because a flag's type is imported from them
+from gpudoctor.probes.launch.vllm_index import _last, _name, _read, _Source
+
 HUMAN_INT_FIELDS = {"max_num_batched_tokens", "max_num_scheduled_tokens", "kv_cache_memory_bytes",
                     "safetensors_prefetch_block_size", "max_num_queued_tokens"}
 
@@ -66,171 +64,6 @@ class ArgTable:
     files: List[str]
     enable_disable: bool = False
     names_only: Set[str] = field(default_factory=set)  # defined, but what they accept is not readable
-
-
-# --- source index ---------------------------------------------------------------------------------
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(FILE_LIMIT).decode("utf-8", "replace")
-    except OSError:
-        return None
-
-
-class _Source:
-    """Classes and module-level type aliases of vLLM's config and flag modules, parsed lazily."""
-
-    def __init__(self, package: str, flag_files: Sequence[str]):
-        self.package = package
-        self.problems: List[str] = []
-        self.trees: Dict[str, Optional[ast.Module]] = {}
-        self.class_file: Dict[str, List[str]] = {}
-        self.alias_file: Dict[str, List[str]] = {}
-        self._texts: Dict[str, str] = {}
-        self._import_maps: Dict[str, Dict[str, Tuple[str, str]]] = {}
-        self._followed: Set[str] = set()
-        files = sorted(glob.glob(os.path.join(package, "config", "**", "*.py"), recursive=True))[:MAX_CONFIG_FILES]
-        files += [os.path.join(package, "config.py")] + [os.path.join(package, rel) for rel in flag_files]
-        files += [os.path.join(package, rel) for rel in ("engine/arg_utils.py", "utils/argparse_utils.py",
-                                                         "model_executor/layers/quantization/__init__.py")]
-        for path in files:
-            text = _read(path)
-            if text is None:
-                continue
-            self.texts_index(path, text)
-
-    def texts_index(self, path: str, text: str) -> None:
-        if path in self._texts:
-            return
-        self.trees.setdefault(path, None)
-        self._texts[path] = text
-        for match in re.finditer(r"^class\s+(\w+)", text, re.M):
-            self.class_file.setdefault(match.group(1), []).append(path)
-        for match in re.finditer(r"^(?:type\s+)?([A-Za-z_]\w*)\s*(?::\s*TypeAlias\s*)?=", text, re.M):
-            self.alias_file.setdefault(match.group(1), []).append(path)
-
-    def tree(self, path: str) -> Optional[ast.Module]:
-        if path in self.trees and self.trees[path] is not None:
-            return self.trees[path]
-        text = self._texts.get(path)
-        if text is None:
-            return None
-        try:
-            parsed = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-            self.problems.append(f"{os.path.relpath(path, self.package)}: this Python cannot parse it ({type(exc).__name__})")
-            self._texts.pop(path, None)
-            return None
-        self.trees[path] = parsed
-        return parsed
-
-    # Types defined outside the indexed files (a Literal alias in vllm/renderers/chat_utils/types.py,
-    # re-exported by its package __init__) are found the way Python finds them: through the
-    # `from vllm.x import Name` / `from .y import Name` lines of the files already read.
-    _IMPORT = re.compile(r"^from\s+(\.*[\w.]*)\s+import\s+(\([^)]*\)|[^\n]*)", re.M)
-
-    def _module_file(self, module: str, importer: str) -> Optional[str]:
-        dots = len(module) - len(module.lstrip("."))
-        if dots:
-            base = os.path.dirname(importer)
-            for _ in range(dots - 1):
-                base = os.path.dirname(base)
-            parts = [p for p in module[dots:].split(".") if p]
-        elif module == "vllm" or module.startswith("vllm."):
-            base, parts = os.path.dirname(self.package), module.split(".")
-        else:
-            return None  # not vLLM's own code
-        stem = os.path.join(base, *parts)
-        for path in (stem + ".py", os.path.join(stem, "__init__.py")):
-            if os.path.isfile(path) and os.path.realpath(path).startswith(os.path.realpath(self.package) + os.sep):
-                return path
-        return None
-
-    def _imports(self, path: str) -> Dict[str, Tuple[str, str]]:
-        """name bound in ``path`` -> (module file, name there), for its ``from … import`` lines."""
-        if path not in self._import_maps:
-            out: Dict[str, Tuple[str, str]] = {}
-            for match in self._IMPORT.finditer(self._texts.get(path, "")):
-                target = self._module_file(match.group(1), path)
-                if target is None:
-                    continue
-                for part in match.group(2).strip().strip("()").split(","):
-                    words = part.split("#")[0].split()
-                    if words == ["*"]:
-                        out.setdefault(f"*{target}", (target, "*"))  # `from .types import *`: any name may be there
-                    elif len(words) == 1 or (len(words) == 3 and words[1] == "as"):
-                        out[words[-1]] = (target, words[0])
-            self._import_maps[path] = out
-        return self._import_maps[path]
-
-    def follow(self, name: str, depth: int = 0) -> bool:
-        """Index the vLLM module a read file imports ``name`` from (bounded); whether it now defines it."""
-        if depth > 4 or len(self._followed) >= MAX_FOLLOWED:
-            return False
-        for path in list(self._texts):
-            imports = self._imports(path)
-            candidates = [imports[name]] if name in imports else [v for k, v in imports.items() if k.startswith("*")]
-            for target, original in candidates:
-                if self._follow_one(name, target, original if original != "*" else name, depth):
-                    return True
-        return False
-
-    def _follow_one(self, name: str, target: str, original: str, depth: int) -> bool:
-        if target in self._followed or len(self._followed) >= MAX_FOLLOWED:
-            return False
-        self._followed.add(target)
-        text = _read(target)
-        if text is None:
-            return False
-        self.texts_index(target, text)
-        if original != name and (original in self.class_file or original in self.alias_file):
-            self.class_file.setdefault(name, []).extend(self.class_file.get(original, []))
-            self.alias_file.setdefault(name, []).extend(self.alias_file.get(original, []))
-        return name in self.class_file or name in self.alias_file or self.follow(original, depth + 1)
-
-    def classdef(self, name: str) -> Optional[ast.ClassDef]:
-        if name not in self.class_file and name not in self.alias_file:
-            self.follow(name)
-        for path in self.class_file.get(name, []):
-            tree = self.tree(path)
-            for node in tree.body if tree else ():
-                if isinstance(node, ast.ClassDef) and node.name == name:
-                    return node
-        return None
-
-    def alias(self, name: str) -> Optional[ast.AST]:
-        if name not in self.class_file and name not in self.alias_file:
-            self.follow(name)
-        for path in self.alias_file.get(name, []):
-            tree = self.tree(path)
-            for node in tree.body if tree else ():
-                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                        and node.targets[0].id == name:
-                    return node.value
-                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name \
-                        and node.value is not None:
-                    return node.value
-                type_alias = getattr(ast, "TypeAlias", None)
-                if type_alias is not None and isinstance(node, type_alias) and getattr(node.name, "id", None) == name:
-                    return node.value
-        return None
-
-    def text(self, rel: str) -> Optional[str]:
-        return self._texts.get(os.path.join(self.package, rel))
-
-
-def _name(node: Optional[ast.AST]) -> str:
-    """Dotted name of a Name/Attribute chain ('' otherwise)."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _name(node.value)
-        return f"{base}.{node.attr}" if base else node.attr
-    return ""
-
-
-def _last(node: Optional[ast.AST]) -> str:
-    return _name(node).split(".")[-1]
 
 
 # --- type hints -> _compute_kwargs --------------------------------------------------------------------
@@ -278,6 +111,9 @@ class _Hints:
             if value is not None and not isinstance(value, ast.Call):
                 return self.of(value, depth + 1)
             cls = self.src.classdef(name)
+            values = _int_enum_values(cls) if cls is not None else None
+            if values is not None:
+                return {("literal", tuple(values))}  # pydantic validates an IntEnum field by value
             if cls is not None:
                 return {("class", name)}
             return {("other", name)}
@@ -333,6 +169,19 @@ class _Hints:
                 return None
             values.extend(literal[0][1])
         return values
+
+
+def _int_enum_values(cls: ast.ClassDef) -> Optional[List[int]]:
+    """The member values of ``class X(IntEnum)`` whose members are integer constants (else None)."""
+    if not any(_last(b) == "IntEnum" for b in cls.bases):
+        return None
+    values = []
+    for node in cls.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if not (isinstance(node.value, ast.Constant) and type(node.value.value) is int):
+                return None
+            values.append(node.value.value)
+    return values or None
 
 
 def _is_dataclass(src: _Source, name: str, seen: Optional[Set[str]] = None) -> bool:
@@ -503,6 +352,19 @@ class _Walker:
         self.var_class: Dict[str, List[str]] = {}
         self.mods: Dict[Tuple[str, str], List[Tuple[str, str, Optional[ast.AST]]]] = {}
         self.names_only: Set[str] = set()
+        self._bounds_index: Optional[Dict[str, List[Dict[str, float]]]] = None
+
+    def field_bounds(self, dest: str) -> Dict[str, float]:
+        """The Field(ge=…, le=…) range of the config dataclass field named ``dest``, when every config
+        class with such a field agrees: vLLM passes the flag's value to that field, pydantic checks it."""
+        if self._bounds_index is None:
+            self._bounds_index = {}
+            for name in list(self.src.class_file):
+                if name.endswith("Config") and _is_dataclass(self.src, name):
+                    for fieldname, node in class_fields(self.src, name).items():
+                        self._bounds_index.setdefault(fieldname, []).append(_bounds(node.value))
+        found = self._bounds_index.get(dest) or [{}]
+        return dict(found[0]) if all(b == found[0] for b in found) else {}
 
     # pass 1: variables holding get_kwargs(...) and the edits to them
     def scan(self, tree: ast.Module, rel: str) -> None:
@@ -704,6 +566,10 @@ class _Walker:
                 arg.nargs = keyword.value.value
         if not explicit_action and arg.action == "custom" and not spread:
             arg.action = "store"
+        if not spread and not arg.bounds and arg.type in ("int", "float", "human_int"):
+            dest = next((k.value.value for k in keywords if k.arg == "dest" and isinstance(k.value, ast.Constant)), None)
+            longs = [n for n in names if n.startswith("--")]
+            arg.bounds = self.field_bounds(dest or (longs[0][2:].replace("-", "_") if longs else ""))
         if arg.action in ("switch", "bool"):
             arg.type, arg.nargs, arg.choices = "any", 0, None
         self.finish(arg, names, call, where)
@@ -742,6 +608,34 @@ def _constants(node: Optional[ast.AST], src: Optional[_Source] = None) -> Option
     return None
 
 
+_REFUSED_BELOW = {ast.Lt: "ge", ast.LtE: "gt", ast.Gt: "le", ast.GtE: "lt"}  # `if value < c: raise` -> value >= c
+
+
+def _serve_checks(trees: Sequence[Tuple[str, ast.Module]]) -> Dict[str, Dict[str, float]]:
+    """dest -> range from ``validate_parsed_serve_args``' ``if args.x < 0: raise …`` (or
+    ``getattr(args, "x", d) < 0``): what `vllm serve` refuses before it loads anything."""
+    out: Dict[str, Dict[str, float]] = {}
+    for _, tree in trees:
+        for func in ast.walk(tree):
+            if not (isinstance(func, ast.FunctionDef) and func.name == "validate_parsed_serve_args"):
+                continue
+            for node in ast.walk(func):
+                if not (isinstance(node, ast.If) and any(isinstance(b, ast.Raise) for b in node.body)):
+                    continue
+                tests = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And) else [node.test]
+                for test in tests:
+                    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _REFUSED_BELOW):
+                        continue
+                    left, limit = test.left, _number(test.comparators[0])
+                    dest = left.attr if isinstance(left, ast.Attribute) and _name(left.value) == "args" else None
+                    if isinstance(left, ast.Call) and _last(left.func) == "getattr" and len(left.args) >= 2 \
+                            and _name(left.args[0]) == "args" and isinstance(left.args[1], ast.Constant):
+                        dest = str(left.args[1].value)
+                    if dest and limit is not None and len(tests) <= 2:
+                        out.setdefault(dest, {})[_REFUSED_BELOW[type(test.ops[0])]] = limit
+    return out
+
+
 def _enable_disable(src: _Source) -> bool:
     """0.33+: FlexibleArgumentParser pairs --enable-x with --disable-x (EnableDisableAction)."""
     for rel in ("utils/argparse_utils.py", "utils/__init__.py", "utils.py"):
@@ -776,6 +670,9 @@ def read_args(package: str, flag_files: Sequence[str]) -> Optional[ArgTable]:
     if not walker.table and not walker.names_only:
         return None
     table = dict(walker.table)
+    for dest, bounds in _serve_checks(trees).items():
+        for arg in {id(a): a for a in table.values() if a.dest == dest and a.type in ("int", "float", "human_int")}.values():
+            arg.bounds = {**bounds, **arg.bounds}
     enable_disable = _enable_disable(src)
     for arg in list({id(a): a for a in walker.table.values()}.values()):
         if arg.action != "bool":
