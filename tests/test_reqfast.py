@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudoctor import reqfast
-from gpudoctor_rules.python_stack import _applies, _normalize, _parse_requirement, _satisfied
+from gpudoctor.snapshot import dist_key as _normalize
+from gpudoctor_rules.python_stack import _applies, _parse_requirement, _satisfied
 
 HERE = os.path.dirname(__file__)
 LINUX_312 = {"implementation_name": "cpython", "implementation_version": "3.12.3", "os_name": "posix", "platform_machine": "x86_64",
