@@ -22,7 +22,6 @@ STEPS: Tuple[Tuple[str, str, str], ...] = (
     ("long context", "server.long_context", "GD813"),  # --long only
 )
 OPTIONAL = {"server.long_context"}
-VERDICTS = ("pass", "FAIL", "warn", "info", "skip", "unknown")
 GLYPHS = {"pass": ("✓", "+"), "FAIL": ("✗", "x"), "warn": ("!", "!"), "info": ("i", "i"), "skip": ("-", "-"), "unknown": ("?", "?")}
 STYLES = {"pass": "green", "FAIL": "bold red", "warn": "yellow", "info": "cyan", "skip": "dim", "unknown": "magenta"}
 
