@@ -78,9 +78,9 @@ def probe(args, io: IO, meanwhile=None):
 
         override_snapshot(snapshot, gpu, args.gpu)
     if ctx.deep:  # now that the GPUs to judge are known: load what lacks code for them (in a child)
-        from gpudoctor.probes import deep_load
+        from gpudoctor.probes import deep_load, merge
 
-        snapshot.update(deep_load.load(snapshot, ctx))
+        merge(snapshot, deep_load.load(snapshot, ctx))
     if args.verbose:
         for text in ctx.debug:
             io.stderr.write(text + "\n")
