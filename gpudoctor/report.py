@@ -494,25 +494,6 @@ def to_json(report: Report) -> Dict[str, Any]:
 
 
 # --- the bundle --------------------------------------------------------------------------
-def nvidia_smi_q(live: bool, deadline: Optional[float] = None) -> Tuple[str, str]:
-    """(file name, text) of ``nvidia-smi -q`` for the bundle, or a note saying why there is none.
-
-    ``deadline`` is the run's overall one (--timeout): a hung nvidia-smi gets what is left of it.
-    """
-    if not live:
-        return "nvidia-smi-q.txt", "nvidia-smi -q was not run: this report was made from a snapshot, not on the machine.\n"
-    from gpudoctor import runner
-
-    # 512 KiB: -q of 8 H200s is ~90 KiB; a flood must not cost seconds of gzip and redaction.
-    done = runner.run(["nvidia-smi", "-q"], timeout=30.0, deadline=deadline, max_output=512 << 10)
-    if done.status == "ok":
-        return "nvidia-smi-q.txt", done.stdout
-    note = f"nvidia-smi -q could not be run: {done.detail or done.status}\n"
-    if done.stdout or done.stderr:
-        note += "\n" + (done.stdout + done.stderr)[-20000:]
-    return "nvidia-smi-q.txt", note
-
-
 def write_bundle(path: str, members: Sequence[Tuple[str, str]], top: str = "gpudoctor-report") -> None:
     """A .tar.gz only its owner can read; members are 0600, owned by uid 0 with no user names."""
     buffer = io.BytesIO()

@@ -129,6 +129,13 @@ def test_only_probes_and_the_runner_touch_the_machine():
     assert not reads, f"only {TOUCH_THE_MACHINE} may read /proc or /sys: {reads}"
 
 
+def test_only_probes_run_programs():
+    """gpudoctor/runner.py runs programs for the probes; commands and the CLI only take their deadline from it."""
+    bad = sorted(name for name, targets in GRAPH.items() if "gpudoctor.runner" in targets
+                 and not under(name, "gpudoctor.probes", "gpudoctor.commands", "gpudoctor.cli"))
+    assert not bad, f"only probes run programs (commands and the CLI import runner for deadlines): {bad}"
+
+
 def test_the_machine_check_sees_what_it_forbids(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text('"""Reads /proc/cpuinfo (a docstring: fine)."""\nimport subprocess\n\n'

@@ -111,7 +111,9 @@ def run(args, io: IO) -> int:
         members = [("report.md", markdown), ("report.json", document), ("snapshot.json", redactor(snapshot.dumps()))]
         if rep.log is not None:
             members.append(("log-excerpt.txt", redactor(rep.log.excerpt_text())))
-        name, text = smi[0] if smi else report.nvidia_smi_q(live=False)
+        from gpudoctor.probes import nvidia_smi
+
+        name, text = smi[0] if smi else nvidia_smi.nvidia_smi_q(live=False)
         members.append((name, redactor(text)))
         try:
             report.write_bundle(bundle_path, members)
@@ -130,11 +132,12 @@ def run(args, io: IO) -> int:
 def _meanwhile(args, smi) -> None:
     """While the probe threads work: load the rules, and run the bundle's nvidia-smi -q (it shares the
     probes' deadline; run after them it would only start once they had used it all)."""
-    from gpudoctor import registry, report, runner
+    from gpudoctor import registry, runner
+    from gpudoctor.probes import nvidia_smi
 
     registry.load_rules()
     if args.bundle:
-        smi.append(report.nvidia_smi_q(live=True, deadline=runner.work_deadline(args.timeout)))
+        smi.append(nvidia_smi.nvidia_smi_q(live=True, deadline=runner.work_deadline(args.timeout)))
 
 
 def _cluster_report(snapshot, args, io: IO) -> int:

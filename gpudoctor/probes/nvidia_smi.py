@@ -9,12 +9,15 @@ that prints garbage must not take the doctor down.
 
 When nvidia-smi itself fails, its first output line ("Failed to initialize NVML:
 Driver/library version mismatch") is the diagnosis; it is kept in driver.nvidia_smi_error.
+
+``nvidia_smi_q`` is the plain ``nvidia-smi -q`` text that ``report --bundle`` carries (run by
+commands/report.py while the probes run, under the same deadline).
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from gpudoctor import runner
 from gpudoctor.snapshot import ABSENT, ERROR, NO_PERMISSION, NOT_SUPPORTED, OK, Fact, missing, ok
@@ -315,3 +318,21 @@ def collect(ctx: Any) -> Dict[str, Fact]:
         lines = [line.strip() for line in output.splitlines() if line.strip()]
         facts["driver.nvidia_smi_error"] = ok("\n".join(lines[:10])[:2000], SOURCE, f"nvidia-smi exited {result.returncode}")
     return facts
+
+
+# --- the support bundle's plain-text nvidia-smi -q ---------------------------------------------------
+def nvidia_smi_q(live: bool, deadline: Optional[float] = None) -> Tuple[str, str]:
+    """(file name, text) of ``nvidia-smi -q`` for the bundle, or a note saying why there is none.
+
+    ``deadline`` is the run's overall one (--timeout): a hung nvidia-smi gets what is left of it.
+    """
+    if not live:
+        return "nvidia-smi-q.txt", "nvidia-smi -q was not run: this report was made from a snapshot, not on the machine.\n"
+    # 512 KiB: -q of 8 H200s is ~90 KiB; a flood must not cost seconds of gzip and redaction.
+    done = runner.run(["nvidia-smi", "-q"], timeout=30.0, deadline=deadline, max_output=512 << 10)
+    if done.status == "ok":
+        return "nvidia-smi-q.txt", done.stdout
+    note = f"nvidia-smi -q could not be run: {done.detail or done.status}\n"
+    if done.stdout or done.stderr:
+        note += "\n" + (done.stdout + done.stderr)[-20000:]
+    return "nvidia-smi-q.txt", note
