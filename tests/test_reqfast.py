@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudoctor import reqfast
-from gpudoctor.snapshot import dist_key as _normalize
+from gpudoctor.snapshot import dist_key
 from gpudoctor_rules.python_stack import _applies, _parse_requirement, _satisfied
 
 HERE = os.path.dirname(__file__)
@@ -23,7 +23,7 @@ def packaging_says(text, dists, env):
     req = _parse_requirement(text)
     if req is None or not _applies(req, env):
         return "skip"
-    installed = dists.get(_normalize(req.name))
+    installed = dists.get(dist_key(req.name))
     if not isinstance(installed, dict) or not installed.get("version"):
         return "unmet"
     return "unmet" if _satisfied(req, str(installed["version"])) is False else "met"
@@ -81,7 +81,7 @@ _installed = st.one_of(_release, st.tuples(_release, st.sampled_from(["+cu130", 
 def test_never_met_where_packaging_says_unmet(name, paren, extras, specs, marker, version, python, system):
     text = name + ("[a,b-c]" if extras else "") + (f" ({specs})" if paren and specs else specs) + (f"; {marker}" if marker else "")
     env = dict(LINUX_312, python_version=python, python_full_version=python + ".1", platform_system=system)
-    dists = {} if version is None else {_normalize(name): {"version": version}}
+    dists = {} if version is None else {dist_key(name): {"version": version}}
     fast = reqfast.satisfied(text, dists, env)
     assert fast in (True, None)
     if fast:
