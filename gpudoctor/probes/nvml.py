@@ -118,7 +118,9 @@ def loaded_library_path(maps_path: str = "/proc/self/maps") -> Optional[str]:
 def collect() -> Dict[str, Fact]:
     """Read everything NVML knows. Returns only driver.nvml when NVML cannot start."""
     try:
-        import pynvml
+        from gpudoctor.probes import codecache
+
+        pynvml = codecache.import_module("pynvml")  # `import pynvml`, its compiled code kept where no .pyc can be
     except Exception as exc:
         return {"driver.nvml": missing(ABSENT, f"pynvml not importable: {exc}", SOURCE)}
     if not hasattr(pynvml, "nvmlDeviceGetCudaComputeCapability"):
