@@ -7,7 +7,13 @@ median peak RSS (ru_maxrss from wait4) of each, the ratio, and gpudoctor cold (e
 cache: every binary's headers read) and warm (scan cache filled). Target: ≥ 10× faster than
 collect_env on a venv with CPU torch (issue 13).
 
-    python benchmarks/check_python_vs_collect_env.py --venv /path/to/venv [--runs 7] [--json out.json]
+    python benchmarks/check_python_vs_collect_env.py --venv /path/to/venv [--runs 7] [--json out.json] [--byte-compile]
+
+How gpudoctor is installed matters: a pip install byte-compiles it; an editable install under
+PYTHONDONTWRITEBYTECODE=1 (this repo's dev machines) leaves every module to be compiled on
+every run (~0.1 s). The output says which it measured; --byte-compile compiles the package
+first (python -m compileall, as pip's install step does) so an editable checkout measures what
+users run.
 """
 
 from __future__ import annotations
@@ -43,12 +49,41 @@ def summary(samples: List[Dict[str, float]]) -> Dict[str, float]:
             "runs": len(samples), "all_wall_s": [round(s["wall_s"], 4) for s in samples]}
 
 
+def package_dirs() -> List[str]:
+    import importlib.util
+
+    dirs = []
+    for name in ("gpudoctor", "gpudoctor_rules"):
+        spec = importlib.util.find_spec(name)  # finds, does not import
+        if spec is not None and spec.submodule_search_locations:
+            dirs.extend(spec.submodule_search_locations)
+    return dirs
+
+
+def bytecode_count():
+    """(.py files of gpudoctor with a current .pyc, .py files)."""
+    import importlib.util
+
+    compiled = sources = 0
+    for root in package_dirs():
+        for directory, _, names in os.walk(root):
+            for name in names:
+                if name.endswith(".py"):
+                    sources += 1
+                    compiled += os.path.exists(importlib.util.cache_from_source(os.path.join(directory, name)))
+    return compiled, sources
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", required=True, help="a venv with torch (CPU torch is enough)")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--byte-compile", action="store_true", help="compile gpudoctor's modules first, as pip install does")
     args = parser.parse_args()
+    if args.byte_compile:
+        subprocess.run([sys.executable, "-m", "compileall", "-q"] + package_dirs(), check=False, stdout=subprocess.DEVNULL)
+    compiled, sources = bytecode_count()
     python = os.path.join(args.venv, "bin", "python")
     cache = tempfile.mkdtemp(prefix="gpudoctor-bench-cache-")
     env = {**os.environ, "NO_COLOR": "1", "GPUDOCTOR_CACHE_DIR": cache}
@@ -74,13 +109,14 @@ def main() -> int:
     ratio_cold = results["torch collect_env"]["wall_s"] / results["gpudoctor check --python (cold scan cache)"]["wall_s"]
     ratio_cpu = results["torch collect_env"]["cpu_s"] / results["gpudoctor check --python (warm scan cache)"]["cpu_s"]
     scan = (facts.get("kernels.scan") or {}).get("value") or {}
-    out = {"venv": args.venv, "results": results, "speedup_warm": round(ratio_warm, 1), "speedup_cold": round(ratio_cold, 1), "speedup_cpu_warm": round(ratio_cpu, 1),
+    out = {"venv": args.venv, "gpudoctor_modules_with_pyc": f"{compiled}/{sources}", "results": results, "speedup_warm": round(ratio_warm, 1), "speedup_cold": round(ratio_cold, 1), "speedup_cpu_warm": round(ratio_cpu, 1),
            "target_speedup": 10, "shared_objects_scanned": scan.get("shared_objects"),
            "cuda_binaries": scan.get("cuda_binaries"), "load_average": os.getloadavg()}
     for name, numbers in results.items():
         print(f"{name:46s} {numbers['wall_s']:7.3f} s wall  {numbers['cpu_s']:7.3f} s CPU  {numbers['rss_mb']:7.1f} MB  ({numbers['runs']} runs)")
     print(f"collect_env / check: {ratio_warm:.1f}x warm, {ratio_cold:.1f}x cold, {ratio_cpu:.1f}x in CPU time (target >= 10x); "
-          f"{scan.get('shared_objects')} shared objects, {scan.get('cuda_binaries')} CUDA binaries; load {os.getloadavg()[0]:.1f}")
+          f"{scan.get('shared_objects')} shared objects, {scan.get('cuda_binaries')} CUDA binaries; load {os.getloadavg()[0]:.1f}; "
+          f"gpudoctor modules with a .pyc: {compiled}/{sources}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(out, handle, indent=1)
