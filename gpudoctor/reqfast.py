@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Dict, Mapping, Optional, Tuple
 
+from gpudoctor.snapshot import dist_key
+
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _OPS = r"==|!=|>=|<=|>|<"
 _RELEASE = r"\d+(?:\.\d+)*"
@@ -29,10 +31,6 @@ _PLAIN_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Compared as versions (packaging builds a Specifier from the operator and the value).
 _VERSION_KEYS = ("python_version", "python_full_version")
 _INSTALLED = re.compile(rf"^({_RELEASE})(?:\+[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*)?$")
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _release(text: str) -> Tuple[int, ...]:
@@ -113,7 +111,7 @@ def satisfied(text: str, installed: Mapping[str, Dict], marker_env: Mapping[str,
             return None
         if not applies:
             return True  # a requirement for another platform or Python: nothing to check
-    dist = installed.get(normalize(name)) if isinstance(installed, Mapping) else None
+    dist = installed.get(dist_key(name)) if isinstance(installed, Mapping) else None
     version = dist.get("version") if isinstance(dist, dict) else None
     if not isinstance(version, str) or not version:
         return None  # not installed: packaging words the finding
