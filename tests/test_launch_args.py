@@ -9,6 +9,7 @@ import pytest
 from gpudoctor.probes.launch import parser, probe, vllm_args, vllm_source
 
 CONFIG = '''
+import enum
 from enum import IntEnum
 from typing import Literal, Optional
 from pydantic import Field, ConfigDict
@@ -29,6 +30,10 @@ class ParallelConfig:
     tensor_parallel_size: int = Field(default=1, ge=1)
     data_parallel_rpc_port: int = Field(default=29550, ge=1, le=65535)
 
+class LoadFormat(str, enum.Enum):
+    AUTO = "auto"
+    PT = "pt"
+
 class OptimizationLevel(IntEnum):
     O0 = 0
     O1 = 1
@@ -41,6 +46,7 @@ class SpeculativeConfig:
     num_speculative_tokens: int = 1
 
 QuantizationMethods = Literal["awq", "fp8", "awq_marlin"]
+QUANTIZATION_METHODS: list[str] = list(get_args(QuantizationMethods))
 
 @config
 class ModelConfig:
@@ -81,6 +87,8 @@ class EngineArgs:
         group.add_argument("--content-format", **model_kwargs["content_format"])
         group.add_argument("--data-parallel-rpc-port", "-dpp", type=int)
         group.add_argument("--sse-keep-alive-interval", type=int, default=0)
+        group.add_argument("--load-format", type=str, choices=[f.value for f in LoadFormat])  # 0.8.5
+        group.add_argument("--quantization-085", type=optional_type(str), choices=[*QUANTIZATION_METHODS, None])
         vllm_kwargs = get_kwargs(VllmConfig)
         vllm_kwargs["speculative_config"]["type"] = optional_type(json.loads)
         group.add_argument("--optimization-level", **vllm_kwargs["optimization_level"])
@@ -178,6 +186,8 @@ def test_negative_forms_are_not_unknown_and_set_the_flag_false(tree):
     (("--data-parallel-rpc-port", "0"), "out of range"),  # explicit add_argument: ParallelConfig's Field range
     (("-dpp", "100000"), "out of range"),
     (("--sse-keep-alive-interval", "-1"), "out of range"),  # validate_parsed_serve_args
+    (("--load-format", "autox"), "invalid choice"),  # [f.value for f in LoadFormat]
+    (("--quantization-085", "awq_marlinn"), "invalid choice"),  # [*QUANTIZATION_METHODS, None]
 ])
 def test_invalid_values_are_errors(tree, flags, problem):
     launch, _, _ = launch_of(tree, *flags)
@@ -189,7 +199,7 @@ def test_valid_values_pass(tree):
                                  "--dtype", "half", "-q", "awq_marlin", "--served-model-name", "a", "b", "--max-model-len", "32k",
                                  "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}',
                                  "--content-format", "openai", "--optimization-level", "0", "-dpp", "65535",
-                                 "--sse-keep-alive-interval", "0")
+                                 "--sse-keep-alive-interval", "0", "--load-format", "pt", "--quantization-085", "fp8")
     assert launch.errors == []
     assert typed["--served-model-name"] == ["a", "b"] and typed["--max-model-len"] == 32000
     assert typed["--tensor-parallel-size"] == 2

@@ -171,17 +171,23 @@ class _Hints:
         return values
 
 
-def _int_enum_values(cls: ast.ClassDef) -> Optional[List[int]]:
-    """The member values of ``class X(IntEnum)`` whose members are integer constants (else None)."""
-    if not any(_last(b) == "IntEnum" for b in cls.bases):
+def _enum_values(cls: ast.ClassDef, bases: Sequence[str] = ("Enum", "IntEnum", "StrEnum")) -> Optional[List[Any]]:
+    """The member values of an Enum class whose members are all constants (else None)."""
+    if not any(_last(b) in bases for b in cls.bases):
         return None
     values = []
     for node in cls.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if not (isinstance(node.value, ast.Constant) and type(node.value.value) is int):
+            if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, (int, str))):
                 return None
             values.append(node.value.value)
     return values or None
+
+
+def _int_enum_values(cls: ast.ClassDef) -> Optional[List[Any]]:
+    """An IntEnum's values: pydantic validates such a field by value (a str Enum vLLM may look up by name)."""
+    values = _enum_values(cls, ("IntEnum",))
+    return values if values and all(type(v) is int for v in values) else None
 
 
 def _is_dataclass(src: _Source, name: str, seen: Optional[Set[str]] = None) -> bool:
@@ -585,26 +591,34 @@ class _Walker:
             self.table[name] = arg
 
 
-def _constants(node: Optional[ast.AST], src: Optional[_Source] = None) -> Optional[List[Any]]:
-    """A list of constants from a literal list/tuple/set, ``get_args(Alias)``, ``list(...)``."""
-    if node is None:
+def _constants(node: Optional[ast.AST], src: Optional[_Source] = None, depth: int = 0) -> Optional[List[Any]]:
+    """A list of constants from a literal list/tuple/set (``[*NAMES, None]`` too), ``get_args(Alias)``,
+    ``list(...)``, ``[f.value for f in SomeEnum]`` or a module-level name holding one of those."""
+    if node is None or depth > 8:
         return None
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        values = []
+        values: List[Any] = []
         for item in node.elts:
-            if not isinstance(item, ast.Constant):
+            inner = _constants(item.value, src, depth + 1) if isinstance(item, ast.Starred) else None
+            if isinstance(item, ast.Starred) and inner is None or not isinstance(item, (ast.Starred, ast.Constant)):
                 return None
-            values.append(item.value)
+            values.extend(inner if inner is not None else [item.value])  # type: ignore[attr-defined]
         return values
     if isinstance(node, ast.Call) and _last(node.func) in ("list", "sorted", "tuple") and node.args:
-        return _constants(node.args[0], src)
+        return _constants(node.args[0], src, depth + 1)
     if isinstance(node, ast.Call) and _last(node.func) == "get_args" and node.args and src is not None:
         hints = _Hints(src).of(node.args[0])
         literal = [h for h in hints if h[0] == "literal"]
         return list(literal[0][1]) if len(hints) == 1 and literal else None
+    if isinstance(node, ast.ListComp) and src is not None and len(node.generators) == 1:
+        gen = node.generators[0]
+        if not gen.ifs and isinstance(gen.target, ast.Name) and isinstance(node.elt, ast.Attribute) \
+                and node.elt.attr == "value" and _name(node.elt.value) == gen.target.id:
+            cls = src.classdef(_last(gen.iter))
+            return _enum_values(cls) if cls is not None else None
     if isinstance(node, ast.Name) and src is not None:
         value = src.alias(node.id)
-        return _constants(value, None) if value is not None else None
+        return _constants(value, src, depth + 1) if value is not None else None
     return None
 
 

@@ -56,7 +56,7 @@ class _Source:
         self._texts[path] = text
         for match in re.finditer(r"^class\s+(\w+)", text, re.M):
             self.class_file.setdefault(match.group(1), []).append(path)
-        for match in re.finditer(r"^(?:type\s+)?([A-Za-z_]\w*)\s*(?::\s*TypeAlias\s*)?=", text, re.M):
+        for match in re.finditer(r"^(?:type\s+)?([A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)", text, re.M):
             self.alias_file.setdefault(match.group(1), []).append(path)
 
     def tree(self, path: str) -> Optional[ast.Module]:
