@@ -126,22 +126,25 @@ def test_a_correct_install_has_no_error_in_gd2_and_gd5(version, cache_dir):
         assert "libnccl_ep.so (nccl-extensions): built for sm_90, sm_100, sm_100a, sm_120 only" in reason, reason
 
 
-def test_gd503_and_gd510_still_fire_on_that_install_missing_one_requirement(cache_dir):
-    """The same correct venv, copied with hard links, less two wheels pip installed: torch's cuDNN
-    (GD503: a stack package's binary requirement) and vLLM's FlashInfer pin (GD510)."""
-    source = realenv.closure_venv(NEWEST).parent.parent
-    broken = realenv.CACHE / "scratch" / f"closure-missing-{os.getpid()}"
+@pytest.mark.parametrize("version, torch_dep, vllm_pin", [
+    (NEWEST, "nvidia-cudnn-cu13==9.24.0.43", "flashinfer-python==0.7.2.post1"),
+    ("0.11.0", "nvidia-cublas-cu12==12.8.4.1", "xformers==0.0.32.post1"),  # nvidia-*-cu12 installed as metadata
+])
+def test_gd503_and_gd510_still_fire_on_that_install_missing_one_requirement(version, torch_dep, vllm_pin, cache_dir):
+    """The same correct venv, copied with hard links, less two wheels pip installed: one torch requires
+    (GD503: a stack package's binary requirement) and one vLLM pins (GD510)."""
+    source = closure_python(version).parent.parent
+    broken = realenv.CACHE / "scratch" / f"closure-missing-{version}-{os.getpid()}"
     shutil.rmtree(broken, ignore_errors=True)
     broken.parent.mkdir(parents=True, exist_ok=True)
     try:
         subprocess.run(["cp", "-al", str(source), str(broken)], check=True)  # links: the original is not touched
         subprocess.run([sys.executable, "-m", "pip", "--python", str(broken / "bin" / "python"), "uninstall", "-q", "-y",
-                        "nvidia-cudnn-cu13", "flashinfer-python"], check=True)
+                        torch_dep.split("==")[0], vllm_pin.split("==")[0]], check=True)
         outcomes = check(broken / "bin" / "python", "H100", "GD5", cache_dir)
         found = all_errors(outcomes)
-        assert any(i == "GD503" and m.startswith("torch 2.14.0") and "nvidia-cudnn-cu13==9.24.0.43 (not installed)" in m
-                   for i, m in found), found
-        assert any(i == "GD510" and "flashinfer-python==0.7.2.post1 (not installed)" in m for i, m in found), found
+        assert any(i == "GD503" and m.startswith("torch ") and f"{torch_dep} (not installed)" in m for i, m in found), found
+        assert any(i == "GD510" and f"{vllm_pin} (not installed)" in m for i, m in found), found
         assert {i for i, _ in found} == {"GD503", "GD510"}, found
     finally:
         shutil.rmtree(broken, ignore_errors=True)
