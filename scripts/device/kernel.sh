@@ -215,7 +215,9 @@ log "timing"
 import json, os, shutil, statistics, subprocess, sys, time
 def run():
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "check"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # From outside the repo: in its root, `-m gpudoctor` imports the checkout (cwd first on sys.path), not the install.
+    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "check"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=os.environ.get("TMPDIR") or "/tmp")
     _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS (KB on Linux)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
