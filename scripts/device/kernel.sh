@@ -12,6 +12,9 @@
 #     directory (not in RECORD); runs `check --python VENV --deep` (each binary without sm_90 code is
 #     loaded with ctypes in a child interpreter: what the loader says) and
 #     `explain "...no kernel image is available..." --python VENV` (expects "confirmed", naming nokext);
+#  4. builds a real torch CUDA extension for sm_80 only (torchnok, torch.utils.cpp_extension), runs its op
+#     on the H200 (expects "no kernel image") and `check --python VENV --deep` (its load needs torch's
+#     libraries: retried after `import torch`);
 # Writes $OUT/kernel/: launch.txt, check-nokext.json, check-nokext-deep.json, explain-nokext.txt,
 # compare.json, timing.json, summary.txt. < 3 min.
 set -u
@@ -246,5 +249,63 @@ out = {"cold_wall_s": [round(c[0], 3) for c in cold], "cold_rss_mb": [round(c[1]
 json.dump(out, open(sys.argv[1], "w"), indent=1)
 print(json.dumps({k: out[k] for k in ("cold_median_s", "warm_median_s", "warm_rss_median_mb", "page_cache_dropped")}))
 PY
+# --- 4. a real torch CUDA extension built for sm_80 only (torch.utils.cpp_extension) -------------------
+# NEEDED libc10.so/libtorch*.so, no RPATH to torch/lib: --deep's first ctypes load fails on libc10.so and
+# is retried after `import torch` (what every torch extension needs). Guarded: skipped if the build fails.
+log "torch extension torchnok (CUDAExtension, TORCH_CUDA_ARCH_LIST=8.0) in a --system-site-packages venv"
+mkdir -p "$work/tx/torchnok"
+# The kernel in a .cu without torch headers (fast to compile), the binding in a .cpp.
+cat > "$work/tx/torchnok/k.cu" <<'CU'
+#include <cuda_runtime.h>
+__global__ void add_one_kernel(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] += 1.0f; }
+const char *torchnok_launch(float *x, int n) {
+  add_one_kernel<<<1, 32>>>(x, n);
+  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+CU
+cat > "$work/tx/torchnok/ops.cpp" <<'CPP'
+#include <torch/extension.h>
+const char *torchnok_launch(float *x, int n);
+void add_one(torch::Tensor x) {
+  const char *err = torchnok_launch(x.data_ptr<float>(), (int)x.numel());
+  TORCH_CHECK(err == nullptr, "CUDA error: ", err ? err : "");
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add_one", &add_one); }
+CPP
+echo "from torchnok._C import add_one" > "$work/tx/torchnok/__init__.py"
+cat > "$work/tx/setup.py" <<'PY'
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+setup(name="torchnok", version="0.2.0", packages=["torchnok"],
+      ext_modules=[CUDAExtension("torchnok._C", ["torchnok/ops.cpp", "torchnok/k.cu"])], cmdclass={"build_ext": BuildExtension})
+PY
+( cd "$work/tx" && TORCH_CUDA_ARCH_LIST="8.0" MAX_JOBS=8 timeout 100 "$py" -m pip wheel --no-build-isolation --no-deps -q -w dist . ) \
+  > "$dir/torchnok-build.log" 2>&1 || log "torchnok build failed: $(tail -2 "$dir/torchnok-build.log")"
+if ls "$work"/tx/dist/torchnok-*.whl > /dev/null 2>&1; then
+  "$py" -m venv --system-site-packages "$work/tvenv" >> "$dir/torchnok-build.log" 2>&1
+  tpy="$work/tvenv/bin/python"
+  { "$tpy" -m pip install -q --no-index --no-deps "$work"/tx/dist/torchnok-*.whl || \
+    "$py" -m pip --python "$tpy" install -q --no-index --no-deps "$work"/tx/dist/torchnok-*.whl; } >> "$dir/torchnok-build.log" 2>&1
+  timeout 30 "$tpy" -c "import torch, torchnok; x = torch.zeros(32, device='cuda'); torchnok.add_one(x); torch.cuda.synchronize(); print('torchnok ran:', x[0].item())" \
+    > "$dir/torchnok-launch.txt" 2>&1
+  grep -E "ran:|Error|error" "$dir/torchnok-launch.txt" | tail -2 | tee -a "$dir/summary.txt"
+  timeout 60 "$py" -m gpudoctor check --python "$tpy" --deep --timeout 20 --select GD201 --format json > "$dir/check-torchnok-deep.json" 2> "$dir/check-torchnok-deep.err"
+  echo "rc=$?" >> "$dir/check-torchnok-deep.err"
+  "$py" - "$dir/check-torchnok-deep.json" >> "$dir/summary.txt" 2>&1 <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+load = doc["snapshot"]["facts"].get("kernels.load_check", {})
+value = load.get("value") or {}
+print("torchnok kernels.load_check", load.get("status"), "| torch:", value.get("torch"))
+for b in value.get("binaries", []):
+    if "torchnok" in b["path"]:
+        print("  ", b.get("dist"), b["path"].split("site-packages/")[-1], b.get("status"), b.get("how"), b.get("error", "")[:200])
+gd201 = next(o for o in doc["outcomes"] if o["id"] == "GD201")
+for f in gd201["findings"]:
+    if "torchnok" in f["message"]:
+        print("   GD201", f["severity"], f["message"])
+PY
+fi
 log "done"
 rm -rf "$work"
