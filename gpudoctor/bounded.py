@@ -131,6 +131,62 @@ def _read_pipe(fd: int, limit: int, until: float, first: float):
     return (bytes(kept[-limit:]) if truncated else bytes(kept)), total, truncated
 
 
+MAX_STREAM = 64 << 20  # bytes a pipe on stdin may send in all: a real log is read with --log (its tail, at once)
+
+
+def read_fd_tail(fd: int, what: str = "stdin", limit: int = MAX_FILE, until: Optional[float] = None,
+                 max_total: int = MAX_STREAM):
+    """``(data, size, truncated)``: the last ``limit`` bytes of an open descriptor (stdin).
+
+    A regular file (``< file.log``) is read like a file, its tail at once. A pipe or a terminal is read
+    until it ends, keeping the tail, and refused with an ``InputError`` when it has not ended by
+    ``until`` (a monotonic time; None: no limit, for a person typing at a terminal) or has sent more
+    than ``max_total`` bytes (``yes |``): a stdin that never closes cannot hang gpudoctor, one that
+    floods cannot keep it busy.
+    """
+    try:
+        info = os.fstat(fd)
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror or exc}", str(exc.strerror or exc)) from None
+    if stat.S_ISREG(info.st_mode):
+        try:
+            data = os.pread(fd, limit + 1, max(0, info.st_size - limit))
+        except OSError as exc:
+            raise InputError(f"cannot read {what}: {exc.strerror or exc}", str(exc.strerror or exc)) from None
+        return data[-limit:], max(info.st_size, len(data)), info.st_size > limit
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"cannot read {what}: it is a directory", "it is a directory")
+    kept, total = bytearray(), 0
+    budget = None if until is None else max(0.0, until - time.monotonic())
+    while True:
+        left = None if until is None else until - time.monotonic()
+        if left is not None and left <= 0:
+            reason = (f"it did not end within {budget:.1f} s (a pipe whose writer never closes it?); "
+                      "pass the text as an argument or with --log FILE")
+            raise InputError(f"cannot read {what}: {reason}", reason)
+        ready, _, _ = select.select([fd], [], [], 0.5 if left is None else min(left, 0.5))
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            continue
+        except OSError as exc:
+            raise InputError(f"cannot read {what}: {exc.strerror or exc}", str(exc.strerror or exc)) from None
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > max_total:
+            reason = (f"it sent more than {max_total >> 20} MiB without ending; "
+                      f"for a large log use --log FILE (its last {limit >> 20} MiB are read)")
+            raise InputError(f"cannot read {what}: {reason}", reason)
+        kept += chunk
+        if len(kept) > 2 * limit:
+            del kept[: len(kept) - limit]
+    truncated = total > limit
+    return (bytes(kept[-limit:]) if truncated else bytes(kept)), total, truncated
+
+
 def read_file(path: str, what: str = "file", limit: int = MAX_FILE, tail: bool = False) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes (or its last ``limit`` bytes with ``tail``).
 

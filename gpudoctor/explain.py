@@ -304,9 +304,20 @@ def read_file(path: str, max_bytes: int = MAX_LOG_BYTES) -> Text:
     return Text(_decode_tail(data, truncated), path, max(size, len(data)), truncated)
 
 
-def read_stream(stream: Any, max_bytes: int = MAX_LOG_BYTES) -> Text:
-    """All of a stream, keeping only the last ``max_bytes`` (stdin cannot seek)."""
+def read_stream(stream: Any, max_bytes: int = MAX_LOG_BYTES, until: Optional[float] = None) -> Text:
+    """All of a stream, keeping only the last ``max_bytes``. A real descriptor (stdin) is read through
+    gpudoctor.bounded: it must end by ``until`` and send at most bounded.MAX_STREAM bytes, else an
+    InputError (a ValueError) says why. Raises OSError/ValueError; the caller words them."""
+    from gpudoctor import bounded
+
     buffer = getattr(stream, "buffer", stream)
+    try:
+        fd = buffer.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both; a StringIO in tests
+        fd = None
+    if fd is not None:
+        data, size, truncated = bounded.read_fd_tail(fd, "stdin", max_bytes, until)
+        return Text(_decode_tail(data, truncated), "stdin", size, truncated)
     kept = bytearray()
     total = 0
     while True:
@@ -316,6 +327,8 @@ def read_stream(stream: Any, max_bytes: int = MAX_LOG_BYTES) -> Text:
         if isinstance(chunk, str):
             chunk = chunk.encode("utf-8", "replace")
         total += len(chunk)
+        if total > bounded.MAX_STREAM:
+            raise bounded.InputError(f"cannot read stdin: it sent more than {bounded.MAX_STREAM >> 20} MiB")
         kept.extend(chunk)
         if len(kept) > 2 * max_bytes:
             del kept[: len(kept) - max_bytes]

@@ -160,11 +160,25 @@ def _read(args, io: IO):
             import sys
 
             stdin = sys.stdin
+        from gpudoctor import bounded, runner
+
+        # A pipe must end within --timeout (the confirmation's probes share what is left); a person
+        # pasting at a terminal has no limit but the size cap.
+        until = None if _is_terminal(stdin) else runner.work_deadline(args.timeout)
         try:
-            return explain.read_stream(stdin)
+            return explain.read_stream(stdin, until=until)
+        except bounded.InputError as exc:
+            raise UsageError(f"cannot read stdin: {exc.reason}") from None
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read stdin: {exc}") from None
     return explain.from_argument(args.target)
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def _list(args, io: IO) -> int:
