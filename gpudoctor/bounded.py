@@ -131,6 +131,39 @@ def _read_pipe(fd: int, limit: int, until: float, first: float):
     return (bytes(kept[-limit:]) if truncated else bytes(kept)), total, truncated
 
 
+def open_regular(path: str, what: str = "file"):
+    """``path`` opened for reading (binary, unbuffered), refused with an ``InputError`` unless it is a
+    regular file: the open itself cannot block on a FIFO (O_NONBLOCK, cleared once fstat said it is a
+    file). For readers that seek (a safetensors header, an ELF section table)."""
+    fd = _open(path, what)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _refuse(what, path, f"it is {_kind(info.st_mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        handle = os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return handle
+
+
+def read_head(path: str, limit: int, what: str = "file") -> bytes:
+    """At most the first ``limit`` bytes of a regular file (``handle.read(limit)`` of a plain open, which
+    a FIFO blocks forever and a device feeds without end). Raises ``InputError`` (a ValueError) for
+    anything but a regular file and OSError as open() would; callers that only want "no answer"
+    catch both."""
+    with open_regular(path, what) as handle:
+        chunks, size = [], 0
+        while size < limit:
+            chunk = handle.read(min(1 << 20, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    return b"".join(chunks)
+
+
 MAX_STREAM = 64 << 20  # bytes a pipe on stdin may send in all: a real log is read with --log (its tail, at once)
 
 

@@ -180,9 +180,12 @@ def show(args) -> str:
 
 # --- TOML ------------------------------------------------------------------------------------------------------
 def _load(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_FILE + 1)
+    from gpudoctor import bounded
+
+    try:  # a FIFO or a device named gpudoctor.toml must not block or feed the doctor
+        data = bounded.read_head(path, MAX_FILE + 1, "config")
+    except bounded.InputError as exc:
+        raise ConfigError(str(exc)) from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(data) > MAX_FILE:

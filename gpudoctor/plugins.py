@@ -56,6 +56,8 @@ def _entry_points(path: Optional[Sequence[str]] = None) -> List[EntryPoint]:
     The first distribution of a name on the path wins, as for imports."""
     import sys
 
+    from gpudoctor import bounded
+
     found: List[EntryPoint] = []
     seen: Set[str] = set()
     for directory in (sys.path if path is None else path):
@@ -71,10 +73,10 @@ def _entry_points(path: Optional[Sequence[str]] = None) -> List[EntryPoint]:
             if key in seen:
                 continue
             seen.add(key)
-            try:
-                with open(os.path.join(directory or ".", name, "entry_points.txt"), encoding="utf-8", errors="replace") as handle:
-                    text = handle.read(1 << 16)
-            except OSError:
+            try:  # regular files only: a FIFO in site-packages must not block loading the rules
+                text = bounded.read_head(os.path.join(directory or ".", name, "entry_points.txt"), 1 << 16,
+                                         "entry_points.txt").decode("utf-8", "replace")
+            except (OSError, ValueError):
                 continue
             if GROUP in text:
                 found.extend(EntryPoint(ep_name, value, dist) for ep_name, value in _group_entries(text))

@@ -121,12 +121,11 @@ def toolkit_version_file(root: str) -> Optional[Dict[str, str]]:
             return {"version": version, "source": "version.json"}
     except (OSError, ValueError, AttributeError):
         pass
-    try:
-        with open(os.path.join(root, "version.txt"), encoding="utf-8", errors="replace") as handle:
-            match = _VERSION_TXT.search(handle.read(4096))
+    try:  # regular files only: CUDA_HOME is the user's to point anywhere, a FIFO must not block
+        match = _VERSION_TXT.search(bounded.read_head(os.path.join(root, "version.txt"), 4096, "version.txt").decode("utf-8", "replace"))
         if match:
             return {"version": match.group(1), "source": "version.txt"}
-    except OSError:
+    except (OSError, ValueError):
         pass
     return None
 

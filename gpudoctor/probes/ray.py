@@ -102,18 +102,29 @@ def _bootstrap(address: str, environ) -> Tuple[str, str]:
     return address, "--address"
 
 
+RAY_ADDRESS_FILE = "/tmp/ray/ray_current_cluster"
+
+
 def _current_cluster() -> Optional[str]:
     """The address Ray wrote when a cluster was started on this machine (what ray.init("auto") reads)."""
+    import stat
+
+    try:  # /tmp is everyone's: a FIFO put there would block Ray's own plain open() of it, and ours
+        if not stat.S_ISREG(os.stat(RAY_ADDRESS_FILE).st_mode):
+            return None
+    except OSError:
+        pass
     for module in ("ray._private.utils", "ray._common.utils"):
         try:
             found = __import__(module, fromlist=["read_ray_address"]).read_ray_address()
         except Exception:
             continue
         return found or None
+    from gpudoctor import bounded
+
     try:
-        with open("/tmp/ray/ray_current_cluster", encoding="utf-8") as handle:
-            return handle.read().strip() or None
-    except OSError:
+        return bounded.read_head(RAY_ADDRESS_FILE, 4096, "Ray address file").decode("utf-8", "replace").strip() or None
+    except (OSError, ValueError):
         return None
 
 

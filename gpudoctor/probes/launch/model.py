@@ -35,6 +35,8 @@ import re
 import struct
 from typing import Any, Dict, List, Optional, Tuple
 
+from gpudoctor import bounded
+
 CONFIG_LIMIT = 16 << 20
 HEADER_LIMIT = 100 << 20  # the safetensors reference implementation refuses larger headers
 MAX_SHARDS = 4096
@@ -112,10 +114,9 @@ def resolve(name: str, environ: Dict[str, str], revision: Optional[str] = None,
             continue
         commit = wanted if COMMIT.match(wanted) else None
         if commit is None:
-            try:
-                with open(os.path.join(repo_dir, "refs", wanted), encoding="utf-8") as handle:
-                    commit = handle.read(100).strip()
-            except OSError:
+            try:  # bounded: the Hub cache is the user's directory, a FIFO there must not block preflight
+                commit = bounded.read_head(os.path.join(repo_dir, "refs", wanted), 100, "ref").decode("utf-8", "replace").strip()
+            except (OSError, ValueError):
                 commit = None
         snapshots = os.path.join(repo_dir, "snapshots")
         if commit and os.path.isdir(os.path.join(snapshots, commit)):
@@ -139,8 +140,6 @@ def resolve(name: str, environ: Dict[str, str], revision: Optional[str] = None,
 # --- config.json ----------------------------------------------------------------------------------
 def read_json(path: str, limit: int = CONFIG_LIMIT) -> Tuple[Optional[Any], Optional[str]]:
     """(data, problem)."""
-    from gpudoctor import bounded
-
     if not os.path.exists(path):
         return None, "missing"
     try:  # a regular file only: a FIFO named config.json must not block the preflight
@@ -284,7 +283,7 @@ def safetensors_header(path: str) -> Dict[str, Any]:
     """{bytes, dtypes, tensors} of one file, or {error}. Reads the header only."""
     try:
         size = os.path.getsize(path)
-        with open(path, "rb") as handle:
+        with bounded.open_regular(path, "weights") as handle:  # a FIFO named *.safetensors must not block
             head = handle.read(8)
             if len(head) < 8:
                 return {"error": "shorter than 8 bytes: not a safetensors file"}
@@ -292,6 +291,8 @@ def safetensors_header(path: str) -> Dict[str, Any]:
             if length > HEADER_LIMIT or length + 8 > size:
                 return {"error": f"header length {length} does not fit in the file ({size} bytes): not a safetensors file or truncated"}
             raw = handle.read(length)
+    except bounded.InputError as exc:
+        return {"error": exc.reason}
     except OSError as exc:
         return {"error": exc.strerror or str(exc)}
     try:

@@ -20,10 +20,11 @@ MAX_FOLLOWED = 40  # modules read only because a flag's type is imported from th
 
 
 def _read(path: str) -> Optional[str]:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(FILE_LIMIT).decode("utf-8", "replace")
-    except OSError:
+    from gpudoctor import bounded
+
+    try:  # regular files only: a FIFO in a vLLM tree must not block preflight
+        return bounded.read_head(path, FILE_LIMIT, "vLLM source").decode("utf-8", "replace")
+    except (OSError, ValueError):
         return None
 
 

@@ -54,10 +54,11 @@ MAX_PARSER_FILES = 400
 
 
 def read(path: str, limit: int = FILE_LIMIT) -> Optional[str]:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(limit).decode("utf-8", "replace")
-    except OSError:
+    from gpudoctor import bounded
+
+    try:  # regular files only: a FIFO in a vLLM tree must not block preflight
+        return bounded.read_head(path, limit, "vLLM source").decode("utf-8", "replace")
+    except (OSError, ValueError):
         return None
 
 
