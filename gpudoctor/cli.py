@@ -11,7 +11,6 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from typing import List, Mapping, Optional, TextIO
 
 from gpudoctor import __version__
@@ -112,6 +111,8 @@ def _main(argv: Optional[List[str]], environ: Optional[Mapping[str, str]], stdou
         return ExitCode.OK
     except Exception as exc:
         if getattr(args, "verbose", False):
+            import traceback  # not at start-up: ~2 ms of every run for the -v of a failing one
+
             traceback.print_exc(file=io.stderr)
         io.stderr.write(f"gpudoctor: internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)\n")
         return ExitCode.USAGE

@@ -7,7 +7,6 @@ own snapshot for every other rule (the caller hands over the nodes: gpudoctor/cl
 
 from __future__ import annotations
 
-import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -83,6 +82,8 @@ def _run_one(snapshot: Snapshot, meta: RuleMeta, debug: List[str]) -> Outcome:
     try:
         raw = meta.func(reading)
     except Exception as exc:  # a broken rule must not take the doctor down
+        import traceback  # only for a rule that raised (kept for -v)
+
         debug.append(f"rule {meta.id} raised:\n{traceback.format_exc()}")
         culprit = _culprit(snapshot, meta, reading.read)
         if culprit is not None:

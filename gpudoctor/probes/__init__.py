@@ -24,7 +24,6 @@ import importlib
 import os
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -135,6 +134,8 @@ class Running:
         try:
             self.results[name] = ("ok", (probe(self.ctx), time.monotonic() - t0))
         except Exception as exc:  # a probe must never take the doctor down
+            import traceback  # only for a probe that raised (its traceback is kept for -v)
+
             self.ctx.debug.append(f"probe {name} raised:\n{traceback.format_exc()}")
             self.results[name] = ("error", f"{type(exc).__name__}: {exc}")
 

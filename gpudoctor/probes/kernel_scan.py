@@ -127,12 +127,14 @@ def record_shared_objects(dist: Dict[str, Any], cache) -> Tuple[List[str], Set[s
     return shared, tops, dirs, mtime
 
 
-def _dir_listing(path: str, cache) -> Optional[Tuple[List[str], List[str]]]:
-    """(shared-object names, subdirectory names) in a directory, cached by its mtime and inode."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return None
+def _dir_listing(path: str, cache, st: Optional[os.stat_result] = None) -> Optional[Tuple[List[str], List[str]]]:
+    """(shared-object names, subdirectory names) in a directory, cached by its mtime and inode
+    (``st``: its stat when the caller has it: one stat per directory, ~1,800 of them on an H200 host)."""
+    if st is None:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            return None
     key = [0, st.st_mtime_ns, st.st_ino, st.st_dev]
     cached = cache.get(DIR_KIND, path, key)
     if cached is not None and isinstance(cached.get("so"), list) and isinstance(cached.get("dirs"), list):
@@ -172,11 +174,12 @@ def not_in_record(owned: Dict[str, Dict[str, Any]], listed: Set[str], walk: "_Wa
             path = os.path.join(location, rel)
             newest = max(info["mtime"].get(d, 0) for d in owners_of)
             try:
-                if os.stat(path).st_mtime_ns < newest:  # equal: written in the same clock tick as RECORD, or after
-                    continue
+                st = os.stat(path)
             except (OSError, ValueError):
                 continue
-            listing = _dir_listing(path, cache)
+            if st.st_mtime_ns < newest:  # equal: written in the same clock tick as RECORD, or after
+                continue
+            listing = _dir_listing(path, cache, st)
             if listing is None:
                 continue
             # The distribution with the most files directly in it owns it (nvidia/cu13/lib is shared).
