@@ -6,7 +6,8 @@ Cases: a flooding, a hanging (with a grandchild) and a garbage-printing `nvidia-
 script first on PATH) for `check`, `snapshot` and `report --bundle`; the same three as `--python` (and
 for `preflight`); a
 FIFO, /dev/zero and a directory given to --snapshot, explain --log and preflight
---from-file; a 16 MiB snapshot; the 42-line `A=$A$A` script and a 1 MiB line. The budget:
+--from-file; `explain -` on a pipe held open by a child, a flooding pipe and /dev/zero; a
+16 MiB snapshot; the 42-line `A=$A$A` script and a 1 MiB line. The budget:
 a verdict within --timeout + 1 s and at most 100 MB peak RSS; exit 2 within 1 s for the
 FIFO / device cases.
 """
@@ -48,6 +49,42 @@ def run(argv, env=None, limit=120.0):
         words = (stats.read().strip().splitlines() or ["0 0 0"])[-1].split()
         rss, cpu = int(words[0]) / 1024, float(words[1]) + float(words[2])
     return code, wall, round(rss, 1), round(cpu, 2)
+
+
+def run_stdin(argv, stdin, limit=60.0):
+    """run() with ``stdin`` (a descriptor or a file object) as the doctor's standard input."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as stats:
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(["/usr/bin/time", "-o", stats.name, "-f", "%M %U %S", sys.executable, "-m", "gpudoctor", *argv],
+                                  cwd=str(REPO), stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=limit)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            return "killed", round(time.monotonic() - t0, 2), float("nan"), float("nan")
+        wall = round(time.monotonic() - t0, 2)
+        words = (stats.read().strip().splitlines() or ["0 0 0"])[-1].split()
+    return code, wall, round(int(words[0]) / 1024, 1), round(float(words[1]) + float(words[2]), 2)
+
+
+def stdin_rows(t: float):
+    """explain - with a pipe whose write end another process holds open, a flooding pipe, /dev/zero."""
+    rows = []
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"RuntimeError: CUDA error: no kernel image is available for execution on the device\n")
+    holder = subprocess.Popen(["sleep", "600"], pass_fds=(write_end,))
+    os.close(write_end)
+    rows.append(("explain - (pipe held open by a child)", t + 1, *run_stdin(["explain", "-", "--timeout", str(t)], read_end)))
+    os.close(read_end)
+    holder.kill()
+    holder.wait()
+    flood = subprocess.Popen(["yes", "A" * 60], stdout=subprocess.PIPE)
+    rows.append(("explain - (yes | flooding pipe)", t + 1, *run_stdin(["explain", "-", "--timeout", str(t)], flood.stdout)))
+    flood.kill()
+    flood.wait()
+    flood.stdout.close()
+    with open("/dev/zero", "rb") as zero:
+        rows.append(("explain - < /dev/zero", t + 1, *run_stdin(["explain", "-", "--timeout", str(t)], zero)))
+    return rows
 
 
 def _write_big_files(tmp: Path) -> None:
@@ -96,6 +133,7 @@ def main() -> int:
             rows.append((f"check --snapshot {label}", 1.0, *run(["check", "--snapshot", path])))
             rows.append((f"explain --log {label}", 1.0, *run(["explain", "--log", path])))
             rows.append((f"preflight --from-file {label}", 1.0, *run(["preflight", "--from-file", path, "--timeout", str(t)])))
+        rows.extend(stdin_rows(t))
         _write_big_files(tmp_path)
         big, tiny = tmp_path / "big.json", tmp_path / "tiny.json"
         rows.append((f"check --snapshot {big.stat().st_size >> 20} MiB, 49k facts", t + 1, *run(["check", "--snapshot", str(big)])))
