@@ -4,10 +4,12 @@ For each release: a venv with that vLLM wheel and CPU torch (tests/realenv.py, c
 vLLM's own parser (tests/real/vllm_oracle.py, a child process under VLLM_TARGET_DEVICE=cpu) builds a
 corpus from every action `vllm serve` defines (each option string with a value it accepts, plus
 typos, missing values, wrong types, out-of-range numbers, bad choices, bad JSON, unknown config
-keys) and decides each command. gpudoctor's preflight (the launch probe on that venv's
-`bin/vllm` + every launch rule, no machine facts) must agree: no valid command blocked, and at
-least 95 % of the refused ones blocked. The corpus and vLLM's verdicts are computed once per
-release and oracle version and cached beside the venvs.
+keys) and decides each command. gpudoctor's preflight (the launch probe + every launch rule, no
+machine facts) on the `bin/vllm` of the same release as `pip install vllm==X` installs it
+(realenv.release_venv; preflight reads its source, never imports it) must agree: no valid command
+blocked, and at least 95 % of the refused ones blocked. The corpus and vLLM's verdicts are
+computed once per release and oracle version and cached beside the venvs (the oracle's own venv
+is built only to compute them).
 
 Releases, chosen for layouts that differ: 0.8.5 (vllm/utils.py's FlexibleArgumentParser, config.py,
 explicit add_argument for most flags), 0.11.0 (vllm/config/ package, literal-list loop of deprecated
