@@ -7,7 +7,7 @@
 # venvs, `--python` targets) are not measured, and code shipped to a child as a string
 # (probes/pystack.py) has no file to count.
 #
-#   scripts/coverage.sh                 # fast suite, -n 2, report of the least covered modules
+#   scripts/coverage.sh                 # fast suite, -n 2: the 40 least covered modules (SHOW=N) and the total
 #   JOBS=4 scripts/coverage.sh tests/test_cluster.py   # any pytest arguments
 #
 # Not part of .ci/run (it roughly doubles the suite's time); the number is quoted in
@@ -35,5 +35,8 @@ if [ "$#" -eq 0 ]; then set -- -m 'not real'; fi
 status=0
 python -m coverage run -m pytest -q -p no:cacheprovider -n "${JOBS:-2}" "$@" || status=$?
 python -m coverage combine -q
-python -m coverage report | tail -n "${SHOW:-40}"
+python -m coverage report > "$work/report.txt" || true
+head -n "$(( ${SHOW:-40} + 2 ))" "$work/report.txt"   # the least covered modules first
+echo ...
+tail -n 3 "$work/report.txt"
 exit "$status"
