@@ -292,8 +292,13 @@ def test_a_binary_in_a_record_directory_but_not_in_record_is_scanned_and_owned(t
     distribution's (its RECORD lists files there), the file is not in RECORD."""
     python = make_venv(tmp_path / "venv")
     site = SitePackages(venv_site(tmp_path / "venv"))
-    site.dist("team-kernels", "0.3.1", files={"teamkernels/__init__.py": "", "teamkernels/ops/__init__.py": ""})
+    site.dist("team-kernels", "0.3.1", files={"teamkernels/__init__.py": "", "teamkernels/ops/__init__.py": "",
+                                              "teamkernels/lib/_ok.so": SM80_SM90_PTX90})
     site.dist("nvidia-shared-a", "1.0", files={"nvidia/shared/lib/liba.so.1": SM80_SM90_PTX90})
+    site.dist("pure-python", "1.0", files={"purepython/__init__.py": ""})
+    (site.path / "purepython" / "_ignored.so").write_bytes(SM86.read_bytes())  # its directories are not checked
+    (site.path / "teamkernels" / "include" / "x").mkdir(parents=True)  # a header tree is not walked
+    (site.path / "teamkernels" / "include" / "x" / "_hdr.so").write_bytes(SM86.read_bytes())
     copied = site.path / "teamkernels" / "ops" / "_copied.so"
     copied.write_bytes(SM86.read_bytes())
     built = site.path / "teamkernels" / "ops" / "build" / "lib.linux" / "_built.so"  # a directory made after the install
@@ -304,6 +309,7 @@ def test_a_binary_in_a_record_directory_but_not_in_record_is_scanned_and_owned(t
     assert {n: (b["dist"], b["package"], b["owner"]) for n, b in binaries.items()} == {
         "_copied.so": ("team-kernels", "teamkernels", "not in RECORD"),
         "_built.so": ("team-kernels", "teamkernels", "not in RECORD"),
+        "_ok.so": ("team-kernels", "teamkernels", "RECORD"),
         "liba.so.1": ("nvidia-shared-a", "nvidia", "RECORD")}
     assert code == 1
     [finding] = gd201["findings"]

@@ -11,9 +11,9 @@ just shared objects. Where they are:
   including the libraries under ``*/lib/`` of the ``nvidia-*`` wheels — owner: that distribution;
 - ``*.egg-info`` installs: ``installed-files.txt``, else the directories of ``top_level.txt``;
 - editable installs (setuptools' ``__editable___*_finder.py`` mappings): their source trees;
-- a shared object in a directory a RECORD lists files in, but not listed in any RECORD (built in
-  place, copied there by a team's script): owner "not in RECORD", attributed to the distribution
-  that owns the directory. Cheap: a directory older than its RECORD has had no entry added since
+- a shared object in a directory of a distribution that ships shared objects, but not listed in
+  any RECORD (built in place, copied there by a team's script): owner "not in RECORD", attributed
+  to the distribution that owns the directory. Cheap: a directory older than its RECORD has had no entry added since
   pip wrote it (one ``stat``); only a newer one is listed (and cached by its mtime/inode);
 - anything else on a path entry that no RECORD claims (a copied-in package, a leftover of an
   interrupted uninstall): walked, bounded — owner: the directory it sits in.
@@ -160,7 +160,9 @@ def _dir_listing(path: str, cache, st: Optional[os.stat_result] = None) -> Optio
 def not_in_record(owned: Dict[str, Dict[str, Any]], listed: Set[str], walk: "_Walk", cache) -> List[Dict[str, Any]]:
     """Shared objects in directories RECORDs list files in that no RECORD lists.
 
-    ``owned``: location -> {"dirs": {rel_dir: {dist: files}}, "mtime": {dist: RECORD mtime_ns}}.
+    ``owned``: location -> {"dirs": {rel_dir: {dist: files}} of the distributions that ship shared objects
+    (a pure-Python distribution's directories are not checked: one stat each saved), "mtime": {dist:
+    RECORD mtime_ns}, "known": every directory any RECORD there lists files in}.
     A directory whose mtime is older than the newest RECORD of its owners has had no entry added
     since the install (adding a file changes its directory's mtime): it costs one stat."""
     found: List[Dict[str, Any]] = []
@@ -191,7 +193,9 @@ def not_in_record(owned: Dict[str, Dict[str, Any]], listed: Set[str], walk: "_Wa
             package = _top(rel + "/")
             paths = [os.path.join(path, name) for name in listing[0]]
             for name in listing[1]:
-                if f"{rel}/{name}" not in dirs:  # a directory no RECORD knows: made after the install
+                child = f"{rel}/{name}"
+                # A directory no RECORD knows (made after the install); not a header tree or __pycache__.
+                if child not in info["known"] and _record_dir(child + "/x") is not None:
                     paths.extend(walk.files(os.path.join(path, name)))
             for item in paths:
                 if os.path.normpath(item) not in listed:
@@ -253,10 +257,12 @@ def candidates(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dic
         if meta.endswith(".dist-info"):
             shared, owned, dirs, mtime = record_shared_objects(dist, cache)
             tops.update(owned)
-            where = record_dirs.setdefault(location, {"dirs": {}, "mtime": {}})
+            where = record_dirs.setdefault(location, {"dirs": {}, "mtime": {}, "known": set()})
             where["mtime"][key] = mtime
-            for rel_dir, count in dirs.items():
-                where["dirs"].setdefault(rel_dir, {})[key] = count
+            where["known"].update(dirs)
+            if shared:  # a distribution that ships compiled code: its directories are checked (one stat each)
+                for rel_dir, count in dirs.items():
+                    where["dirs"].setdefault(rel_dir, {})[key] = count
             for rel in shared:
                 path = os.path.normpath(os.path.join(location, rel))
                 found.append({"path": path, "dist": key, "package": _top(rel), "owner": "RECORD"})
