@@ -127,8 +127,9 @@ def run(argv: Sequence[str], timeout: float = 5.0, env: Optional[Mapping[str, st
         out, err, why = _collect(proc, time.monotonic() + limit, max_output)
     finally:
         _finish(proc)
-    stdout = out.decode("utf-8", "replace")
+    stdout = out.decode("utf-8", "replace")  # from the bytearrays: no bytes copy of a capped flood
     stderr = err.decode("utf-8", "replace")
+    del out, err
     if why == "timeout":
         return Completed("timeout", None, stdout, stderr, f"{argv[0]} did not answer within {_seconds(limit)} s")
     if why == "flood":
@@ -152,7 +153,7 @@ def _collect(proc: subprocess.Popen, until: float, max_output: int):
         while selector.get_map():
             left = until - time.monotonic()
             if left <= 0:
-                return bytes(out), bytes(err), "timeout"
+                return out, err, "timeout"
             for key, _ in selector.select(min(left, 0.5)):
                 try:
                     chunk = os.read(key.fd, _CHUNK)
@@ -164,7 +165,8 @@ def _collect(proc: subprocess.Popen, until: float, max_output: int):
                 if key.fileobj is proc.stdout:
                     out += chunk
                     if len(out) > max_output:
-                        return bytes(out[:max_output]), bytes(err), "flood"
+                        del out[max_output:]
+                        return out, err, "flood"
                 else:
                     err += chunk
                     if len(err) > MAX_STDERR:  # keep the tail: the last lines say what went wrong
@@ -172,9 +174,9 @@ def _collect(proc: subprocess.Popen, until: float, max_output: int):
         # Both pipes closed: the child is exiting; wait for it, still under the deadline.
         while proc.poll() is None:
             if time.monotonic() >= until:
-                return bytes(out), bytes(err), "timeout"
+                return out, err, "timeout"
             time.sleep(0.005)
-        return bytes(out), bytes(err), ""
+        return out, err, ""
     finally:
         selector.close()
 
