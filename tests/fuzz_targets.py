@@ -237,8 +237,58 @@ def _int(data: bytes):
     return human_int(text)
 
 
+_SCRATCH: List[str] = []
+
+
+def _scratch(data: bytes) -> str:
+    """One temp file, rewritten for each case: for readers that take a path or a descriptor."""
+    import os
+    import tempfile
+
+    if not _SCRATCH:
+        fd, path = tempfile.mkstemp(prefix="gpudoctor-fuzz-")
+        os.close(fd)
+        _SCRATCH.append(path)
+    with open(_SCRATCH[0], "wb") as handle:
+        handle.write(data)
+    return _SCRATCH[0]
+
+
+def _safetensors(data: bytes):
+    from gpudoctor.probes.launch.model import safetensors_header
+
+    return safetensors_header(_scratch(data))
+
+
+def _stdin_file(data: bytes):
+    from gpudoctor.explain import read_stream
+
+    with open(_scratch(data), "rb") as handle:  # `explain - < file`: bounded.read_fd_tail's file path
+        return read_stream(handle, max_bytes=1 << 16)
+
+
+def _config(data: bytes):
+    from gpudoctor.config import _load
+
+    return _load(_scratch(data))
+
+
+def _safetensors_seed(header: dict) -> bytes:
+    import json
+    import struct
+
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + b"\0" * 16
+
+
+SAFETENSORS = [_safetensors_seed({"w": {"dtype": "BF16", "shape": [2, 4], "data_offsets": [0, 16]}}),
+               _safetensors_seed({"__metadata__": {"format": "pt"}, "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})]
+TOMLS = [b'[tool.gpudoctor]\nfail-on = "warning"\nselect = ["GD1", "GD5"]\n', b'timeout = 20\nformat = "json"\n']
+
+
 def targets() -> List[Target]:
     from gpudoctor.bounded import InputError
+    from gpudoctor.config import ConfigError
     from gpudoctor.gpu_table import SpecError
     from gpudoctor.probes.smoke.client import URLError
     from gpudoctor.snapshot import SnapshotError
@@ -263,6 +313,9 @@ def targets() -> List[Target]:
         Target("versions", _versions, (), [b"0.11.0+cu128", b"2.8.3+cu12torch2.7cxx11abiTRUE", b"0.10.2.dev123+g1234abc"]),
         Target("gpu_table.parse_spec", _gpu_spec, (SpecError,), [b"sm_80", b"8.6", b"A100", b"RTX 4090", b"2xH100-80GB"]),
         Target("human_int", _int, (ValueError,), [b"32k", b"32K", b"auto", b"1.5m", b"-1"]),
+        Target("model.safetensors_header", _safetensors, (), SAFETENSORS),
+        Target("explain.read_stream_file", _stdin_file, (), LOGS),
+        Target("config.load", _config, (ConfigError,), TOMLS),
     ]
 
 
