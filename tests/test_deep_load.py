@@ -141,6 +141,19 @@ def test_a_child_that_dies_loading_a_library_names_it(venv, tmp_path):
     assert all(b["status"] == "not_loaded" for b in fact.value["binaries"])
 
 
+def test_the_load_check_gets_only_what_is_left_of_the_deadline(venv):
+    """After the probes, the load check shares the command's deadline (issue 14): with none left it is not
+    run at all (before, it took its own 0.8 x --timeout on top, so `check --deep` answered late)."""
+    import time
+
+    python, _ = venv
+    snap = _snapshot(python)
+    ctx = Context(python=str(python), deep=True, environ=dict(os.environ), timeout=30, deadline=time.monotonic() - 1)
+    fact = deep_load.load(snap, ctx)["kernels.load_check"]
+    assert fact.status == "timeout" and "no time left" in fact.detail, fact
+    assert all(b["status"] == "not_loaded" for b in fact.value["binaries"])
+
+
 def test_a_library_that_hangs_on_load_is_cut_off_and_named(tmp_path):
     """Its static initializer never returns: the child is killed at the load check's limit, that
     binary's outcome is the timeout, the ones after it are not loaded, and nothing is left running."""
@@ -150,7 +163,8 @@ def test_a_library_that_hangs_on_load_is_cut_off_and_named(tmp_path):
     site = SitePackages(venv_site(tmp_path / "venv"))
     site.dist("hangs", "0.1", files={"hangs/__init__.py": "", "hangs/_k.so": HANGS})
     site.dist("team-kernels", "0.3.1", files={"teamkernels/__init__.py": "", "teamkernels/_sm86.so": SM86})
-    doc, findings = check(python, "--deep", "--timeout", "3")
+    # 6 s: the load check shares --timeout (from the process start) with the probes before it
+    doc, findings = check(python, "--deep", "--timeout", "6")
     fact = doc["snapshot"]["facts"]["kernels.load_check"]
     assert fact["status"] == "ok" and "_k.so: timeout" in fact["detail"]  # what was learnt is kept
     by_dist = {b["dist"]: b for b in fact["value"]["binaries"]}

@@ -80,6 +80,7 @@ def probe(args, io: IO, meanwhile=None):
     if ctx.deep:  # now that the GPUs to judge are known: load what lacks code for them (in a child)
         from gpudoctor.probes import deep_load, merge
 
+        ctx.deadline = runner.work_deadline(args.timeout)  # what the probes left of the one deadline
         merge(snapshot, deep_load.load(snapshot, ctx))
     if args.verbose:
         for text in ctx.debug:

@@ -161,7 +161,7 @@ def load(snapshot, ctx) -> Dict[str, Fact]:
     if paths:
         limit = min(max(ctx.timeout * CHILD_SHARE, 1.0), CHILD_MAX_S)
         done = runner.run([python, "-I", "-c", PROGRAM, json.dumps(paths), ctx.environ.get("PYTHONPATH", "")],
-                          timeout=limit, env=ctx.environ, max_output=MAX_OUTPUT)
+                          timeout=limit, env=ctx.environ, max_output=MAX_OUTPUT, deadline=getattr(ctx, "deadline", None))
         started = None
         for line in done.stdout.splitlines():
             try:
