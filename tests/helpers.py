@@ -6,6 +6,7 @@ can use are in conftest.py. A helper used by two test files belongs here, not in
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Dict, List
 
 from gpudoctor import registry
@@ -33,3 +34,21 @@ def doc_outcome(doc: Dict[str, Any], rule_id: str) -> Dict[str, Any]:
 
 def doc_findings(doc: Dict[str, Any], rule_id: str) -> List[Dict[str, Any]]:
     return [f for f in doc["findings"] if f["id"] == rule_id]
+
+
+def script(directory: Path, name: str, body: str) -> Path:
+    """An executable /bin/sh script standing in for a program (nvidia-smi, nvcc, a python)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return path
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False

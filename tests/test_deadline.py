@@ -19,26 +19,11 @@ import time
 from pathlib import Path
 
 from gpudoctor import runner
+from helpers import alive, script
 from gpudoctor.probes.launch import vllm_source
 from gpudoctor.probes import Context, cuda
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def script(directory: Path, name: str, body: str) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    path.write_text("#!/bin/sh\n" + body + "\n")
-    path.chmod(0o755)
-    return path
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return False
 
 
 def all_gone(pidfile: Path) -> bool:

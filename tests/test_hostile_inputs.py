@@ -27,6 +27,7 @@ from gpudoctor.probes import pyenv, vllm_build
 from gpudoctor.probes.cuda import toolkit_version_file
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.visible import resolve
+from helpers import alive, script
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"
@@ -48,22 +49,6 @@ def without_nvml(tmp_path: Path, path: Path) -> dict:
     shadow.mkdir(exist_ok=True)
     (shadow / "pynvml.py").write_text('raise ImportError("this test imitates a machine without NVML")\n')
     return {"PATH": f"{path}:{os.environ['PATH']}", "PYTHONPATH": str(shadow)}
-
-
-def script(directory: Path, name: str, body: str) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    path.write_text("#!/bin/sh\n" + body + "\n")
-    path.chmod(0o755)
-    return path
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return False
 
 
 # --- the runner ------------------------------------------------------------------------------
