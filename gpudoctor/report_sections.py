@@ -230,25 +230,13 @@ def process_sections(snapshot: Snapshot) -> List[Tuple[str, List[str], List[List
 
     port = snapshot.get("processes.port")
     if port.ok and isinstance(port.value, dict):
-        listeners = [x for x in port.value.get("listeners") or [] if isinstance(x, dict)]
-        title = f"Port {port.value.get('port', '?')}"
-        if listeners:
-            header, rows = _dict_table(listeners)
-            sections.append((title, header, rows, []))
-        else:
-            sections.append((title, [], [], ["free (nothing listening)"]))
+        sections.append(_listing(f"Port {port.value.get('port', '?')}", port.value.get("listeners"), "free (nothing listening)"))
     elif "processes.port" in snapshot.facts:
         sections.append(("Port", [], [], [_status(port)]))
 
     shm = snapshot.get("processes.shm")
     if shm.ok and isinstance(shm.value, dict):
-        files = [x for x in shm.value.get("files") or [] if isinstance(x, dict)]
-        title = f"Shared memory ({shm.value.get('dir', '/dev/shm')})"
-        if files:
-            header, rows = _dict_table(files)
-            sections.append((title, header, rows, []))
-        else:
-            sections.append((title, [], [], ["no leftover segments"]))
+        sections.append(_listing(f"Shared memory ({shm.value.get('dir', '/dev/shm')})", shm.value.get("files"), "no leftover segments"))
 
     scan = snapshot.get("processes.index")
     if scan.ok and scan.detail:
@@ -288,6 +276,15 @@ def _age(now: Any, start: Any) -> str:
 
 def _status(fact: Fact) -> str:
     return fact.status + (f" ({fact.detail})" if fact.detail else "")
+
+
+def _listing(title: str, items: Any, empty: str) -> Tuple[str, List[str], List[List[str]], List[str]]:
+    """A section listing the dict entries of ``items`` as a table, or one line saying there are none."""
+    entries = [x for x in items or [] if isinstance(x, dict)]
+    if not entries:
+        return (title, [], [], [empty])
+    header, rows = _dict_table(entries)
+    return (title, header, rows, [])
 
 
 def _dict_table(items: Sequence[Dict[str, Any]]) -> Tuple[List[str], List[List[str]]]:
