@@ -247,8 +247,8 @@ def test_the_probe_code_cache_of_the_child_survives_garbage(unknown_venv, tmp_pa
     env = dict(os.environ, GPUDOCTOR_CACHE_DIR=str(tmp_path / "c"), PYTHONPATH="")
     first = pystack.collect_other(str(python), env, timeout=60)
     code = sorted((tmp_path / "c" / "probe-code").iterdir())
-    assert [p.name.split("-")[0] for p in code] == ["gpudoctor_elf", "gpudoctor_fatbin", "gpudoctor_kernel_scan",
-                                                    "gpudoctor_pyenv", "gpudoctor_scancache"]
+    assert [p.name.split("-")[0] for p in code] == ["gpudoctor_elf", "gpudoctor_fatbin", "gpudoctor_fatbin_prefetch",
+                                                    "gpudoctor_kernel_scan", "gpudoctor_pyenv", "gpudoctor_scancache"]
     for path in code:
         path.write_bytes(b"\x00garbage")  # corrupt: compiled again, never a crash
     again = pystack.collect_other(str(python), env, timeout=60)

@@ -393,7 +393,19 @@ class _Walker:
 
 
 def _open_file(path: str) -> BinaryIO:
-    return open(path, "rb", buffering=0)  # raw: a seek + read(64) reads 64 bytes, not 8 KiB
+    handle = open(path, "rb", buffering=0)  # raw: a read(64) reads 64 bytes, not 8 KiB
+    _no_readahead(handle.fileno())
+    return handle
+
+
+def _no_readahead(fd: int) -> None:
+    """Our reads are a few bytes each, far apart: without this, each one that misses the page
+    cache makes the kernel read 128 KB or more ahead (measured: 1 GB read from disk for the
+    3 MB of headers of a vLLM install's 569 shared objects)."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    except (AttributeError, OSError):
+        pass
 
 
 def _fail(status: str, detail: str) -> FatbinScan:

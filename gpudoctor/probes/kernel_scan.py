@@ -48,8 +48,7 @@ MAX_UNREADABLE_SHOWN = 20
 MAX_RECORD_DIRS = 50_000  # RECORD directories checked for files RECORD does not list, all distributions together
 SKIP_DIRS = ("__pycache__", ".git", "node_modules")
 _NOT_CUDA = ("absent", "not_elf")
-PARALLEL_FROM = 16  # files still to read for threads to be worth starting
-SCAN_THREADS = 16
+PREFETCH_FROM = 16  # files to read for a cold-start prefetch to be worth asking whether it is one
 
 
 def is_shared_object(name: str) -> bool:
@@ -359,50 +358,30 @@ def _valid_scan(value: Any) -> bool:
             and all(isinstance(value.get(k, []), list) for k in ("sm", "sm_variants", "ptx", "ptx_variants")))
 
 
-def _disk_reads() -> Optional[int]:
-    """Block reads this thread has waited for so far (Linux), None where that is not counted."""
-    try:
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_THREAD).ru_inblock  # type: ignore[attr-defined]
-    except (ImportError, AttributeError, OSError, ValueError):
-        return None
-
-
-def _scan_files(paths: List[str], scanner: Callable[[str], Any]) -> Dict[str, Tuple[Dict[str, Any], int, float]]:
+def _scan_files(paths: List[str], scanner: Callable[[str], Any], prefetch: Optional[Callable[[List[str]], Dict[str, int]]],
+                cold: Optional[Callable[[List[str]], bool]], stats: Dict[str, Any]) -> Dict[str, Tuple[Dict[str, Any], int, float]]:
     """path -> (scan as JSON, bytes read, seconds), for files the cache did not have.
 
-    One after the other while the files come from the page cache (threads would only add GIL
-    hand-offs: +60 % CPU measured); once one of them had to be read from the disk (a cold run,
-    the page cache dropped), the rest in SCAN_THREADS threads: each file's ELF header, section
-    table and fatbin headers are a few small reads in different places, one thread waits for
-    them one after the other, and the reads release the GIL, so threads keep several requests
-    in flight (552 files: 3.6 s -> 2.0 s)."""
-    def one(path: str) -> Tuple[Dict[str, Any], int, float]:
+    One after the other, in this thread. When many files are to be read and their headers are
+    not in the page cache (a first run, a dropped cache), ``prefetch`` first asks the disk for
+    all of them at once (probes/fatbin_prefetch.py)."""
+    if prefetch is not None and len(paths) >= PREFETCH_FROM and (cold is None or cold(paths)):
+        started = time.perf_counter()
+        stats["prefetch"] = dict(prefetch(paths), elapsed_s=round(time.perf_counter() - started, 4))
+    out: Dict[str, Tuple[Dict[str, Any], int, float]] = {}
+    for path in paths:
         started = time.perf_counter()
         try:
             scan = scanner(path)
-            return scan.to_json(), getattr(scan, "bytes_read", 0), time.perf_counter() - started
+            out[path] = (scan.to_json(), getattr(scan, "bytes_read", 0), time.perf_counter() - started)
         except Exception as exc:  # the reader promises not to raise; keep the promise here too
-            return {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}, 0, time.perf_counter() - started
-
-    out: Dict[str, Tuple[Dict[str, Any], int, float]] = {}
-    before = _disk_reads()
-    for index, path in enumerate(paths):
-        left = len(paths) - index
-        if before is not None and left >= PARALLEL_FROM and (_disk_reads() or 0) > before:
-            from concurrent.futures import ThreadPoolExecutor
-
-            rest = paths[index:]
-            with ThreadPoolExecutor(max_workers=SCAN_THREADS, thread_name_prefix="gpudoctor-scan") as pool:
-                out.update(zip(rest, pool.map(one, rest)))
-            break
-        out[path] = one(path)
+            out[path] = ({"status": "error", "detail": f"{type(exc).__name__}: {exc}"}, 0, time.perf_counter() - started)
     return out
 
 
-def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
-    """Scan each candidate (or take its scan from the cache); keep those with CUDA device code."""
+def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache, cold_start: Any = None) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """Scan each candidate (or take its scan from the cache); keep those with CUDA device code.
+    ``cold_start``: probes/fatbin_prefetch.py (or None: no prefetch)."""
     binaries: List[Dict[str, Any]] = []
     unreadable: List[Dict[str, str]] = []
     stats = {"shared_objects": 0, "cuda_binaries": 0, "read": 0, "cached": 0, "bytes_read": 0, "unreadable": 0}
@@ -418,7 +397,8 @@ def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache) 
         inodes.add((key[3], key[2]))
         result = cache.get(SCAN_KIND, path, key)
         todo.append((item, key, result if _valid_scan(result) else None))
-    fresh = _scan_files([item["path"] for item, _, result in todo if result is None], scanner)
+    fresh = _scan_files([item["path"] for item, _, result in todo if result is None], scanner,
+                        getattr(cold_start, "prefetch", None), getattr(cold_start, "page_cache_cold", None), stats)
     for item, key, result in todo:
         path = item["path"]
         stats["shared_objects"] += 1
@@ -455,14 +435,15 @@ def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[s
     """``kernels.binaries`` and ``kernels.scan`` for this path."""
     started = time.perf_counter()
     fact = _pyenv.fact
-    if scanner is None:
-        fatbin = sys.modules.get("gpudoctor_fatbin")
-        if fatbin is None:
-            from gpudoctor.probes import fatbin
-        scanner = fatbin.scan
+    fatbin = sys.modules.get("gpudoctor_fatbin")
+    if fatbin is None:
+        from gpudoctor.probes import fatbin
+    cold_start = sys.modules.get("gpudoctor_fatbin_prefetch")
+    if cold_start is None:
+        from gpudoctor.probes import fatbin_prefetch as cold_start
     cache = _scancache.shared(environ)
     items, notes = candidates(paths, dists, editable, cache)
-    binaries, stats = scan_all(items, scanner, cache)
+    binaries, stats = scan_all(items, scanner or fatbin.scan, cache, cold_start)
     saved = cache.save()
     stats.update({"elapsed_s": round(time.perf_counter() - started, 4), "cache": cache.status,
                   "cache_dir": cache.directory, "cache_save": saved})

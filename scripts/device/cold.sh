@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# cold (issue 13): where a cold `gpudoctor check` spends its time on the H200 — empty scan cache
+# and page cache dropped (root) before every run — with the fatbin prefetch and without it
+# (probes/fatbin_prefetch.py turned off in-process, the same check otherwise), then the phases of
+# one cold run: each probe's time, the kernel scan's own numbers, a cProfile and -X importtime.
+# Writes $OUT/cold/: runs.jsonl (one line per run), summary.txt, cprofile.txt, importtime.txt.
+set -u
+export LC_ALL=C.UTF-8 NO_COLOR=1 PYTHONUNBUFFERED=1
+dir="$OUT/cold"; mkdir -p "$dir"
+R=$(pwd)
+W=$(mktemp -d /tmp/cold.XXXX); cd "$W"   # not the repo root: import what pip installed
+export GPUDOCTOR_CACHE_DIR="$W/cache"
+drop() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null && echo yes || echo no; }
+cat >"$W/run.py" <<'PY'
+# One check in this process, as `python3 -m gpudoctor check --format json` would run it; argv[1]
+# "off" turns the prefetch off. Prints one JSON line: wall, CPU, each probe's time, the scan's numbers.
+import io, json, os, resource, sys, time
+t0 = time.perf_counter()
+if sys.argv[1] == "off":
+    from gpudoctor.probes import fatbin_prefetch
+    fatbin_prefetch.page_cache_cold = lambda paths, sample=8: False
+from gpudoctor import cli
+out = io.StringIO()
+rc = cli.main(["check", "--format", "json"] + sys.argv[3:], stdout=out, stderr=io.StringIO())
+wall = time.perf_counter() - t0
+facts = json.loads(out.getvalue())["snapshot"]["facts"]
+usage = resource.getrusage(resource.RUSAGE_SELF)
+scan = (facts.get("kernels.scan") or {}).get("value") or {}
+print(json.dumps({"prefetch": sys.argv[1], "page_cache_dropped": sys.argv[2], "rc": rc, "wall_s": round(wall, 3),
+                  "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "rss_mb": round(usage.ru_maxrss / 1024, 1),
+                  "disk_read_mb": round(usage.ru_inblock * 512 / 1e6, 1),
+                  "probes": {k[6:]: v["value"] for k, v in facts.items() if k.startswith("probe.")},
+                  "scan": {k: scan.get(k) for k in ("shared_objects", "cuda_binaries", "read", "cached", "bytes_read", "elapsed_s", "prefetch")}}))
+PY
+for mode in on off on off on off; do
+  rm -rf "$GPUDOCTOR_CACHE_DIR"; d=$(drop)
+  timeout 60 python3 "$W/run.py" "$mode" "$d" >>"$dir/runs.jsonl" 2>>"$dir/errors.txt"
+done
+rm -rf "$GPUDOCTOR_CACHE_DIR"; drop >/dev/null
+timeout 60 python3 -m cProfile -s cumtime -m gpudoctor check 2>&1 | head -150 >"$dir/cprofile.txt"
+rm -rf "$GPUDOCTOR_CACHE_DIR"; drop >/dev/null
+timeout 60 python3 -X importtime -m gpudoctor check >/dev/null 2>"$dir/importtime.txt"
+# The page cache dropped, the scan cache kept: what is left of a cold start without the scan.
+for i in 1 2; do d=$(drop); timeout 60 python3 "$W/run.py" on "$d" >>"$dir/runs.jsonl" 2>>"$dir/errors.txt"; done
+python3 - "$dir/runs.jsonl" >"$dir/summary.txt" 2>&1 <<'PY'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+for row in rows:
+    s = row["scan"]
+    print(f"prefetch {row['prefetch']:3s} dropped {row['page_cache_dropped']:3s} wall {row['wall_s']:.3f} s cpu {row['cpu_s']:.3f} s "
+          f"rss {row['rss_mb']} MB disk {row['disk_read_mb']} MB rc {row['rc']} | probes " +
+          " ".join(f"{k} {v}" for k, v in sorted(row["probes"].items())) +
+          f" | scan {s.get('shared_objects')} files, {s.get('cuda_binaries')} CUDA, read {s.get('read')}, cached {s.get('cached')}, "
+          f"{s.get('elapsed_s')} s, prefetch {s.get('prefetch')}")
+for mode in ("on", "off"):
+    walls = [r["wall_s"] for r in rows if r["prefetch"] == mode and r["scan"].get("cached") == 0]
+    if walls:
+        print(f"median cold wall, prefetch {mode}: {statistics.median(walls):.3f} s over {len(walls)} runs")
+PY
+cat "$dir/summary.txt"
+cd "$R"; rm -rf "$W"
