@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpudoctor.probes import fatbin, kernel_scan, pyenv, scancache
 
@@ -247,7 +249,7 @@ def test_the_probe_code_cache_of_the_child_survives_garbage(unknown_venv, tmp_pa
     env = dict(os.environ, GPUDOCTOR_CACHE_DIR=str(tmp_path / "c"), PYTHONPATH="")
     first = pystack.collect_other(str(python), env, timeout=60)
     code = sorted((tmp_path / "c" / "probe-code").iterdir())
-    assert [p.name.split("-")[0] for p in code] == ["gpudoctor_elf", "gpudoctor_fatbin", "gpudoctor_fatbin_prefetch",
+    assert [p.name.split("-")[0] for p in code] == ["gpudoctor_coldstart", "gpudoctor_elf", "gpudoctor_fatbin",
                                                     "gpudoctor_kernel_scan", "gpudoctor_pyenv", "gpudoctor_scancache"]
     for path in code:
         path.write_bytes(b"\x00garbage")  # corrupt: compiled again, never a crash
@@ -340,3 +342,46 @@ def test_record_directories_older_than_record_are_not_listed(tmp_path, cache_dir
     assert [(Path(i["path"]).name, i["owner"]) for i in items] == [("_k.so", "RECORD")]
     assert [k for k in cache.changed if k.startswith(kernel_scan.DIR_KIND)] == [
         kernel_scan.DIR_KIND + "\0" + str(site.path / "teamkernels" / "ops")]
+
+
+def _record_tree_by_the_definition(text):
+    """Every row judged on its own (what _record_tree must equal; it judges each directory once)."""
+    tops, dirs = set(), {}
+    for line in text.splitlines():
+        rel = line.split(",", 1)[0].strip('"')
+        if rel and not rel.startswith(("../", "/")):
+            tops.add(kernel_scan._top(rel))
+            directory = kernel_scan._record_dir(rel)
+            if directory:
+                dirs[directory] = dirs.get(directory, 0) + 1
+                while "/" in directory:
+                    directory = directory.rsplit("/", 1)[0]
+                    dirs.setdefault(directory, 0)
+    return tops, dirs
+
+
+_PARTS = ["torch", "lib", "nvidia", "cu13", "include", "__pycache__", "x.dist-info", "pkg.data", "..", "", "a b", "ops"]
+_NAMES = ["__init__.py", "_C.so", "libcublas.so.13", "six.py", "RECORD", "x.pyc", "h.h", "q,uoted.so"]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from(_PARTS), max_size=4), st.sampled_from(_NAMES), st.booleans()), max_size=40))
+def test_record_tree_equals_judging_every_row(rows):
+    lines = []
+    for parts, name, quoted in rows:
+        rel = "/".join(parts + [name])
+        lines.append((f'"{rel}"' if quoted or "," in rel else rel) + ",sha256=abc,12")
+    text = "\n".join(lines)
+    assert kernel_scan._record_tree(text) == _record_tree_by_the_definition(text)
+
+
+def test_record_tree_on_real_records():
+    """The RECORDs of this interpreter's own distributions (pip wrote them)."""
+    import glob
+    import sysconfig
+
+    records = glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "*.dist-info", "RECORD"))
+    assert len(records) >= 10
+    for record in records:
+        text = Path(record).read_text(encoding="utf-8", errors="replace")
+        assert kernel_scan._record_tree(text) == _record_tree_by_the_definition(text), record

@@ -446,13 +446,11 @@ def _scan(path: str, opener: Callable[[str], BinaryIO]) -> FatbinScan:
     try:
         try:
             reader = _Reader(handle)
-            result = _scan_open(reader)
-            result.bytes_read = reader.bytes_read
-            return result
         except PermissionError as exc:
             return _fail(NO_PERMISSION, f"{path}: {exc.strerror or exc}")
         except OSError as exc:
             return _fail(ERROR, f"{path}: {exc.strerror or exc}")
+        return scan_reader(path, reader)
     finally:
         try:
             handle.close()
@@ -460,9 +458,27 @@ def _scan(path: str, opener: Callable[[str], BinaryIO]) -> FatbinScan:
             pass
 
 
-def _scan_open(r: _Reader) -> FatbinScan:
+def scan_reader(path: str, reader: _Reader, elf: Any = None) -> FatbinScan:
+    """``scan`` of a file already open (``elf``: its section table or the scan that says why
+    there is none, when already read: probes/coldstart.py). Never raises."""
     try:
-        elf = _elf.Elf(r)
+        try:
+            result = _scan_open(reader, elf)
+            result.bytes_read = reader.bytes_read
+            return result
+        except PermissionError as exc:
+            return _fail(NO_PERMISSION, f"{path}: {exc.strerror or exc}")
+        except OSError as exc:
+            return _fail(ERROR, f"{path}: {exc.strerror or exc}")
+    except Exception as exc:  # the contract: a result, never a traceback
+        return _fail(ERROR, f"unexpected {type(exc).__name__}: {exc}")
+
+
+def read_elf(r: _Reader) -> Any:
+    """The section table of the file (an ``elf.Elf``), or the FatbinScan that says why it cannot
+    be read. OSError (the read itself failed) is left to the caller."""
+    try:
+        return _elf.Elf(r)
     except _elf.NotElf as exc:
         return _fail(NOT_ELF, str(exc))
     except _elf.Unsupported as exc:
@@ -472,6 +488,13 @@ def _scan_open(r: _Reader) -> FatbinScan:
     except _elf.ElfError as exc:
         text = str(exc)
         return _fail(ERROR, text if text.startswith(("truncated ELF", "unknown ELF", "malformed ELF")) else f"malformed ELF: {text}")
+
+
+def _scan_open(r: _Reader, elf: Any = None) -> FatbinScan:
+    if elf is None:
+        elf = read_elf(r)
+    if isinstance(elf, FatbinScan):
+        return elf
 
     fatbin = elf.find(FATBIN_SECTION)
     relfatbin = elf.find(RELFATBIN_SECTION)

@@ -19,7 +19,7 @@ import os
 from typing import Any, Dict, Optional
 
 from gpudoctor import bounded, runner
-from gpudoctor.probes import elf, fatbin, fatbin_prefetch, flash_attn, kernel_scan, pyenv, scancache, vllm_build, vllm_kernels
+from gpudoctor.probes import coldstart, elf, fatbin, flash_attn, kernel_scan, pyenv, scancache, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
@@ -84,7 +84,7 @@ def _lazy(name, source, dists, dirs, empty):
     return collect
 _elf = _load("gpudoctor_elf", {elf})
 _fatbin = _load("gpudoctor_fatbin", {fatbin})
-_load("gpudoctor_fatbin_prefetch", {fatbin_prefetch})
+_load("gpudoctor_coldstart", {coldstart})
 _pyenv = _load("gpudoctor_pyenv", {pyenv})
 _scancache = _load("gpudoctor_scancache", {scancache})
 _kernel_scan = _load("gpudoctor_kernel_scan", {kernel_scan})
@@ -104,12 +104,12 @@ def _source(module) -> str:
 
 
 def bootstrap(environ=None) -> str:
-    """The ``-c`` program: the stdlib probe modules (elf, fatbin, fatbin_prefetch, pyenv, scancache, kernel_scan; flash_attn,
+    """The ``-c`` program: the stdlib probe modules (elf, fatbin, coldstart, pyenv, scancache, kernel_scan; flash_attn,
     vllm_build and vllm_kernels when needed) as modules, then pyenv.main."""
     where = scancache.cache_dir(os.environ if environ is None else environ)
     code_dir = os.path.join(where, "probe-code") if where else ""
     return _BOOTSTRAP.format(code_dir=ascii(code_dir),elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)),
-                             fatbin_prefetch=ascii(_source(fatbin_prefetch)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
+                             coldstart=ascii(_source(coldstart)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
                              kernel_scan=ascii(_source(kernel_scan)),
                              flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)),
                              vllm_kernels=ascii(_source(vllm_kernels)),

@@ -37,6 +37,9 @@ if _pyenv is None:
 _scancache = sys.modules.get("gpudoctor_scancache")
 if _scancache is None:
     from gpudoctor.probes import scancache as _scancache
+_coldstart = sys.modules.get("gpudoctor_coldstart")
+if _coldstart is None:
+    from gpudoctor.probes import coldstart as _coldstart
 fact = _pyenv.fact
 
 FACT_KEYS = ("vllm.extensions",)
@@ -179,11 +182,9 @@ def classify(parent: str, shared: List[str], sources: List[str]) -> List[Dict[st
                          "dir": os.path.dirname(rel), "imports": [], "gates": [], "required": False})
     if not exts:
         return []
-    for rel in sources:
-        try:
-            with open(os.path.join(parent, rel), "rb") as handle:
-                data = handle.read(MAX_SOURCE_BYTES)
-        except OSError:
+    files = [os.path.join(parent, rel) for rel in sources]
+    for rel, (_, data) in zip(sources, _coldstart.read_many(files, MAX_SOURCE_BYTES)):
+        if not isinstance(data, bytes):
             continue
         sites = _import_lines(data)
         hits = [e for e in exts if e["short"] in sites]

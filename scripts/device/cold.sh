@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cold (issue 13): where a cold `gpudoctor check` spends its time on the H200 — empty scan cache
 # and page cache dropped (root) before every run — with the fatbin prefetch and without it
-# (probes/fatbin_prefetch.py turned off in-process, the same check otherwise), then the phases of
+# (probes/coldstart.py turned off in-process, the same check otherwise), then the phases of
 # one cold run: each probe's time, the kernel scan's own numbers, a cProfile and -X importtime.
 # Writes $OUT/cold/: runs.jsonl (one line per run), summary.txt, cprofile.txt, importtime.txt.
 set -u
@@ -17,8 +17,8 @@ cat >"$W/run.py" <<'PY'
 import io, json, os, resource, sys, time
 t0 = time.perf_counter()
 if sys.argv[1] == "off":
-    from gpudoctor.probes import fatbin_prefetch
-    fatbin_prefetch.page_cache_cold = lambda paths, sample=8: False
+    from gpudoctor.probes import coldstart
+    coldstart.page_cache_cold = lambda paths, sample=8: False
 from gpudoctor import cli
 out = io.StringIO()
 rc = cli.main(["check", "--format", "json"] + sys.argv[3:], stdout=out, stderr=io.StringIO())
@@ -27,7 +27,7 @@ facts = json.loads(out.getvalue())["snapshot"]["facts"]
 usage = resource.getrusage(resource.RUSAGE_SELF)
 scan = (facts.get("kernels.scan") or {}).get("value") or {}
 print(json.dumps({"prefetch": sys.argv[1], "page_cache_dropped": sys.argv[2], "rc": rc, "wall_s": round(wall, 3),
-                  "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "rss_mb": round(usage.ru_maxrss / 1024, 1),
+                  "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "user_s": round(usage.ru_utime, 3), "sys_s": round(usage.ru_stime, 3), "rss_mb": round(usage.ru_maxrss / 1024, 1),
                   "disk_read_mb": round(usage.ru_inblock * 512 / 1e6, 1),
                   "probes": {k[6:]: v["value"] for k, v in facts.items() if k.startswith("probe.")},
                   "scan": {k: scan.get(k) for k in ("shared_objects", "cuda_binaries", "read", "cached", "bytes_read", "elapsed_s", "prefetch")}}))
@@ -48,7 +48,7 @@ rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 for row in rows:
     s = row["scan"]
     print(f"prefetch {row['prefetch']:3s} dropped {row['page_cache_dropped']:3s} wall {row['wall_s']:.3f} s cpu {row['cpu_s']:.3f} s "
-          f"rss {row['rss_mb']} MB disk {row['disk_read_mb']} MB rc {row['rc']} | probes " +
+          f"(user {row.get('user_s')} sys {row.get('sys_s')}) rss {row['rss_mb']} MB disk {row['disk_read_mb']} MB rc {row['rc']} | probes " +
           " ".join(f"{k} {v}" for k, v in sorted(row["probes"].items())) +
           f" | scan {s.get('shared_objects')} files, {s.get('cuda_binaries')} CUDA, read {s.get('read')}, cached {s.get('cached')}, "
           f"{s.get('elapsed_s')} s, prefetch {s.get('prefetch')}")
@@ -56,6 +56,28 @@ for mode in ("on", "off"):
     walls = [r["wall_s"] for r in rows if r["prefetch"] == mode and r["scan"].get("cached") == 0]
     if walls:
         print(f"median cold wall, prefetch {mode}: {statistics.median(walls):.3f} s over {len(walls)} runs")
+PY
+# The file system under site-packages, and whether cold opens (inode reads, which no hint can
+# start early) gain from being made in parallel there.
+{ df -T "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"; mount | grep -E ' / | /usr | /opt ' ; } >>"$dir/summary.txt" 2>&1
+python3 - >>"$dir/summary.txt" 2>&1 <<'PY'
+import glob, os, subprocess, sys, sysconfig, time
+from concurrent.futures import ThreadPoolExecutor
+site = sysconfig.get_paths()["purelib"]
+paths = sorted(glob.glob(os.path.join(site, "**", "*.so*"), recursive=True))[:3000]
+def opened(p):
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK); os.fstat(fd); os.close(fd)
+    except OSError:
+        pass
+for mode in ("seq", 8, "seq", 8):
+    subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True)
+    t = time.perf_counter()
+    if mode == "seq":
+        for p in paths: opened(p)
+    else:
+        with ThreadPoolExecutor(mode) as pool: list(pool.map(opened, paths))
+    print(f"cold open+fstat of {len(paths)} shared objects, {mode}: {time.perf_counter() - t:.3f} s")
 PY
 cat "$dir/summary.txt"
 cd "$R"; rm -rf "$W"

@@ -1,4 +1,4 @@
-"""The cold-start prefetch of the fatbin scan (probes/fatbin_prefetch.py) on real nvcc output.
+"""The cold-start prefetch of the fatbin scan (probes/coldstart.py) on real nvcc output.
 
 What must hold: every byte ``fatbin.scan`` reads of a file was asked of the disk by ``prefetch``
 first (else a cold start waits for it on its own); the chains of a many-container library are
@@ -18,7 +18,7 @@ from typing import Dict, List, Set, Tuple
 
 import pytest
 
-from gpudoctor.probes import fatbin, fatbin_prefetch, kernel_scan, scancache
+from gpudoctor.probes import fatbin, coldstart, kernel_scan, scancache
 from test_fatbin import COMPRESSED, LOCAL, PTX90, SM86, Sec, _containers, _fatbin_bytes, build_elf, elf_bytes, write_chunks
 
 PAGE = 4096
@@ -74,7 +74,7 @@ def _read_pages(path: Path) -> Tuple[fatbin.FatbinScan, Set[int]]:
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 def test_every_page_the_scan_reads_was_asked_for_first(path, asked):
-    stats = fatbin_prefetch.prefetch([str(path)])
+    stats = coldstart.prefetch([str(path)])
     result, pages = _read_pages(path)
     assert result.status == "ok", result.detail
     assert stats["files"] == 1 and stats["hints"] > 0
@@ -110,7 +110,7 @@ def _many_containers(tmp_path: Path, containers: int, archs: int, wrappers: bool
 
 def test_wrapper_records_start_every_chain_at_once(tmp_path, asked):
     lib = _many_containers(tmp_path, containers=300, archs=4, wrappers=True)
-    stats = fatbin_prefetch.prefetch([str(lib)])
+    stats = coldstart.prefetch([str(lib)])
     # One step per entry of a container (4) and one more that finds nothing: not one per container.
     assert stats["waves"] <= 4 + 2, stats
     result, pages = _read_pages(lib)
@@ -121,7 +121,7 @@ def test_wrapper_records_start_every_chain_at_once(tmp_path, asked):
 
 def test_without_wrapper_records_the_chain_is_still_followed(tmp_path, asked):
     lib = _many_containers(tmp_path, containers=40, archs=3, wrappers=False)
-    stats = fatbin_prefetch.prefetch([str(lib)])
+    stats = coldstart.prefetch([str(lib)])
     assert stats["waves"] >= 40  # container after container: nothing says where the next one is
     result, pages = _read_pages(lib)
     assert result.entries == 120
@@ -137,7 +137,7 @@ def test_hints_never_change_an_answer(tmp_path):
     odd.write_bytes(elf_bytes([Sec(b".rodata", rodata, addr=0x10000), Sec(b".nvFatBinSegment", records, flags=3)]))
     paths = [str(p) for p in REAL] + [str(odd)]
     before = [fatbin.scan(p).to_json() for p in paths]
-    fatbin_prefetch.prefetch(paths)
+    coldstart.prefetch(paths)
     assert [fatbin.scan(p).to_json() for p in paths] == before
 
 
@@ -152,12 +152,12 @@ def test_hostile_paths_neither_raise_nor_block(tmp_path):
     (tmp_path / "head.so").write_bytes(data[:70])
     paths = [str(p) for p in sorted(tmp_path.iterdir())] + [str(tmp_path / "missing.so"), "bad\0path", "/dev/zero"]
     done: List[Dict[str, int]] = []
-    worker = threading.Thread(target=lambda: done.append(fatbin_prefetch.prefetch(paths)), daemon=True)
+    worker = threading.Thread(target=lambda: done.append(coldstart.prefetch(paths)), daemon=True)
     worker.start()
     worker.join(10)
     assert done, "prefetch blocked"
     assert done[0]["files"] == 4  # garbage, empty, cut, head: the regular files
-    assert fatbin_prefetch.page_cache_cold([str(fifo), str(tmp_path / "dir.so"), "bad\0path"]) is False
+    assert coldstart.page_cache_cold([str(fifo), str(tmp_path / "dir.so"), "bad\0path"]) is False
 
 
 def _evict(path: Path) -> bool:
@@ -179,10 +179,10 @@ def test_page_cache_cold_tells_an_evicted_file_from_a_cached_one(tmp_path):
     lib = tmp_path / "lib.so"
     lib.write_bytes(PTX90.read_bytes())
     lib.read_bytes()
-    assert fatbin_prefetch.page_cache_cold([str(lib)]) is False
+    assert coldstart.page_cache_cold([str(lib)]) is False
     if not _evict(lib):
         pytest.skip("this file system keeps the pages (tmpfs): nothing can be evicted here")
-    assert fatbin_prefetch.page_cache_cold([str(lib)]) is True
+    assert coldstart.page_cache_cold([str(lib)]) is True
 
 
 def test_a_cold_scan_prefetches_and_a_warm_one_does_not(tmp_path):
@@ -192,10 +192,49 @@ def test_a_cold_scan_prefetches_and_a_warm_one_does_not(tmp_path):
         target.parent.mkdir(parents=True)
         target.write_bytes(PTX90.read_bytes())
     items = [{"path": str(p), "dist": None, "package": p.parent.name, "owner": "directory"} for p in sorted(site.rglob("*.so"))]
-    _, warm = kernel_scan.scan_all(items, fatbin.scan, scancache.ScanCache(None), fatbin_prefetch)
+    _, warm = kernel_scan.scan_all(items, fatbin.scan, scancache.ScanCache(None), coldstart)
     assert "prefetch" not in warm and warm["cuda_binaries"] == len(items)
     if not all(_evict(Path(item["path"])) for item in items):
         pytest.skip("this file system keeps the pages (tmpfs): nothing can be evicted here")
-    binaries, cold = kernel_scan.scan_all(items, fatbin.scan, scancache.ScanCache(None), fatbin_prefetch)
+    binaries, cold = kernel_scan.scan_all(items, fatbin.scan, scancache.ScanCache(None), coldstart)
     assert cold["prefetch"]["files"] == len(items) and cold["prefetch"]["hints"] >= 2 * len(items)
     assert [b["scan"] for b in binaries] == [fatbin.scan(item["path"]).to_json() for item in items]
+
+
+def test_scan_many_answers_as_scan_does_for_every_kind_of_path(tmp_path):
+    os.mkfifo(tmp_path / "pipe.so")
+    (tmp_path / "dir.so").mkdir()
+    (tmp_path / "garbage.so").write_bytes(os.urandom(5000))
+    data = PTX90.read_bytes()
+    (tmp_path / "cut.so").write_bytes(data[:len(data) - 100])
+    (tmp_path / "lib.so").write_bytes(data)
+    unreadable = tmp_path / "secret.so"
+    unreadable.write_bytes(data)
+    unreadable.chmod(0)
+    paths = [str(p) for p in REAL] + [str(p) for p in sorted(tmp_path.iterdir())] + [str(tmp_path / "missing.so"), "/dev/zero"]
+    results, stats = coldstart.scan_many(paths)
+    assert sorted(results) == sorted(paths)
+    assert {p: results[p][0].to_json() for p in paths} == {p: fatbin.scan(p).to_json() for p in paths}
+    assert all(seconds >= 0 for _, seconds in results.values())
+    assert stats["files"] == len(REAL) + 3 + (os.geteuid() == 0)  # the regular files it could open (root: secret.so too)
+
+
+def test_read_many_reads_in_order_and_never_blocks(tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "small").write_bytes(b"abc")
+    (tmp_path / "big").write_bytes(b"x" * 100_000)
+    paths = [str(tmp_path / n) for n in ("small", "pipe", "dir", "missing", "big")] + ["bad\0path"]
+    paths += [str(tmp_path / "small")] * (coldstart.BATCH + 3)  # more than one batch
+    done: List[list] = []
+    worker = threading.Thread(target=lambda: done.append(list(coldstart.read_many(paths, 4096))), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert done, "read_many blocked"
+    got = done[0]
+    assert [p for p, _ in got] == paths
+    assert got[0][1] == b"abc" and got[4][1] == b"x" * 4096
+    for index in (1, 2, 3, 5):  # FIFO, directory, missing, NUL: each an OSError, none a read
+        assert isinstance(got[index][1], OSError), got[index]
+    assert all(data == b"abc" for _, data in got[6:])
+    assert len(os.listdir("/proc/self/fd")) < 64  # every descriptor closed again
