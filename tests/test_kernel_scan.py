@@ -9,6 +9,7 @@ directory levels deep; the doctor runs as the CLI, the probe inside the venv's i
 import json
 import multiprocessing
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -137,11 +138,11 @@ def test_a_corrupt_or_foreign_cache_file_is_ignored_and_rewritten(tmp_path, cach
     site = SitePackages(tmp_path / "site")
     site.dist("one", "1.0", files={"one/_k.so": SM86})
     cache_dir.mkdir()
-    (cache_dir / scancache.FILENAME).write_bytes(content)
+    (cache_dir / scancache.file_name()).write_bytes(content)
     facts = scan_site(site)
     assert facts["kernels.binaries"]["value"][0]["scan"]["sm_variants"] == ["sm_86"]
     assert facts["kernels.scan"]["value"]["cache"] in ("ignored", "loaded")
-    doc = json.loads((cache_dir / scancache.FILENAME).read_text())
+    doc = json.loads((cache_dir / scancache.file_name()).read_text())
     assert doc["format"] == scancache.FORMAT and any(k.endswith(str(site.path / "one" / "_k.so")) for k in doc["entries"])
 
 
@@ -152,7 +153,7 @@ def test_an_entry_whose_value_is_not_a_scan_is_not_trusted(tmp_path, cache_dir):
     cache_dir.mkdir()
     forged = {"format": scancache.FORMAT, "version": scancache.VERSION, "entries": {
         "fatbin-1\0" + path: {"key": scancache.file_key(path), "value": {"status": "ok", "sm_variants": "sm_90"}, "used": 1}}}
-    (cache_dir / scancache.FILENAME).write_text(json.dumps(forged))
+    (cache_dir / scancache.file_name()).write_text(json.dumps(forged))
     assert scan_site(site)["kernels.binaries"]["value"][0]["scan"]["sm_variants"] == ["sm_86"]
 
 
@@ -172,7 +173,7 @@ def test_concurrent_runs_leave_a_whole_cache_file(tmp_path):
     for p in procs:
         p.join(60)
     assert all(p.exitcode == 0 for p in procs)
-    doc = json.loads((tmp_path / "cache" / scancache.FILENAME).read_text())
+    doc = json.loads((tmp_path / "cache" / scancache.file_name()).read_text())
     assert doc["format"] == scancache.FORMAT
     # Every run merges with what is on disk under the lock: at most the runs that found the lock
     # taken skipped saving, so most entries of all writers are there, and no temp file is left.
@@ -385,3 +386,37 @@ def test_record_tree_on_real_records():
     for record in records:
         text = Path(record).read_text(encoding="utf-8", errors="replace")
         assert kernel_scan._record_tree(text) == _record_tree_by_the_definition(text), record
+
+
+def test_each_environment_has_its_own_cache_file_and_old_ones_go(tmp_path, monkeypatch):
+    directory = tmp_path / "cache"
+    directory.mkdir()
+    (directory / scancache.LEGACY_FILENAME).write_text("{}")  # the one file of every venv, before shards
+    one, two = scancache.ScanCache(str(directory), "/venvs/one"), scancache.ScanCache(str(directory), "/venvs/two")
+    assert one.filename != two.filename
+    one.put("test", "/a.so", [1, 2, 3, 4], {"status": "ok"})
+    two.put("test", "/b.so", [1, 2, 3, 4], {"status": "ok"})
+    assert one.save().startswith("saved 1") and two.save().startswith("saved 1")
+    assert not (directory / scancache.LEGACY_FILENAME).exists()
+    again = scancache.ScanCache(str(directory), "/venvs/one")
+    assert again.get("test", "/a.so", [1, 2, 3, 4]) == {"status": "ok"} and again.get("test", "/b.so", [1, 2, 3, 4]) is None
+    # Past MAX_SHARDS environments, the least recently written files go, never the one just written.
+    monkeypatch.setattr(scancache, "MAX_SHARDS", 3)
+    for n in range(5):
+        cache = scancache.ScanCache(str(directory), f"/venvs/more{n}")
+        cache.put("test", "/c.so", [1, 2, 3, 4], {"status": "ok"})
+        cache.save()
+        os.utime(directory / cache.filename, ns=(n * 10**9 + 10**18, n * 10**9 + 10**18))
+    shards = sorted(p.name for p in directory.glob("scan-v1-*.json"))
+    assert len(shards) == 3 and scancache.file_name("/venvs/more4") in shards
+
+
+def test_the_python_probe_and_the_doctor_share_the_file_of_the_inspected_environment(unknown_venv, tmp_path):
+    from gpudoctor.probes import pystack
+
+    python, _ = unknown_venv
+    env = dict(os.environ, GPUDOCTOR_CACHE_DIR=str(tmp_path / "c"), PYTHONPATH="")
+    pystack.collect_other(str(python), env, timeout=60)
+    prefix = subprocess.run([str(python), "-I", "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True).stdout.strip()
+    assert (tmp_path / "c" / scancache.file_name(prefix)).is_file()
+    assert not (tmp_path / "c" / scancache.file_name()).exists()  # not the test interpreter's

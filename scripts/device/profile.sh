@@ -123,7 +123,7 @@ for run in range(3):
     print(f"run {run}: cache load {t_load*1000:.1f} ms, scan_dists {t_dists*1000:.1f}, candidates {t_cand*1000:.1f} "
           f"(not_in_record {spent[0]*1000:.1f}), scan_all {t_scan*1000:.1f} ({len(items)} files), whole python probe {t_all*1000:.1f} ms")
 where = scancache.cache_dir()
-path = os.path.join(where, scancache.FILENAME)
+path = os.path.join(where, scancache.file_name())
 doc = json.load(open(path))
 kinds = collections.Counter(k.split("\0")[0] for k in doc["entries"])
 print("scan cache", path, os.path.getsize(path), "bytes,", len(doc["entries"]), "entries:", dict(kinds))
