@@ -29,7 +29,7 @@ import stat
 import struct
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 _fatbin = sys.modules.get("gpudoctor_fatbin")
 if _fatbin is None:
@@ -38,8 +38,9 @@ _elf = sys.modules.get("gpudoctor_elf")
 if _elf is None:
     from gpudoctor.probes import elf as _elf
 
-BATCH = 256  # files open at once
-TAIL = 16 << 10  # the end of a file: where linkers put the section table and its names
+BATCH = 256  # files opened at once for their ELF steps
+MAX_OPEN = 512  # CUDA binaries held open for their chains at once
+TAIL = 4 << 10  # the end of a file: where linkers put the section table and its names
 MAX_HINTS = 200_000  # all files together
 MAX_WAVES = 4_096  # steps of one chain; a container with more entries is read cold past that
 SCANNER = _fatbin.scan  # what scan_many answers for (kernel_scan uses it only for this scanner)
@@ -154,8 +155,15 @@ class _Hints:
         self.waves = 0
 
     def ask(self, reader: Any, offset: int, length: int) -> bool:
+        """Ask for ``length`` bytes at ``offset`` (once per page: small entries share pages);
+        False when nothing more may be asked, or the range is outside the file."""
         if self.left <= 0 or offset < 0 or length <= 0 or offset >= reader.size:
             return False
+        pages = (offset >> 12, (offset + length - 1) >> 12)
+        asked = reader.__dict__.setdefault("asked_pages", set())  # per file: a closed file's id may be reused
+        if pages in asked:
+            return True
+        asked.add(pages)
         self.left -= 1
         try:
             os.posix_fadvise(reader.handle.fileno(), offset, length, os.POSIX_FADV_WILLNEED)
@@ -180,35 +188,66 @@ def scan_many(paths: List[str]) -> Tuple[Dict[str, Tuple[Any, float]], Dict[str,
 
 
 def _run(paths: List[str], results: Optional[Dict[str, Tuple[Any, float]]]) -> Dict[str, int]:
+    """Per BATCH of files, the ELF steps; a file without GPU code is then scanned and closed at
+    once, a CUDA binary stays open (up to MAX_OPEN) so that the chains of all of them are walked
+    in the same waves: the long chains of a few libraries overlap instead of one batch after the
+    other's."""
     hints = _Hints()
     files = 0
     advise = hasattr(os, "posix_fadvise")
-    for start in range(0, len(paths), BATCH):
-        opened: List[Tuple[str, Any]] = []
-        try:
-            for path in paths[start:start + BATCH]:
-                fd = _open_regular(path) if advise else None
-                if fd is None:
-                    if results is not None:
-                        _timed(results, path, lambda: _fatbin.scan(path))
-                    continue
-                opened.append((path, _elf.Reader(os.fdopen(fd, "rb", buffering=0))))
-            files += len(opened)
+    held: List[Tuple[str, Any, Any]] = []  # (path, reader, Elf) of CUDA binaries, open
+    try:
+        for start in range(0, len(paths), BATCH):
+            opened: List[Tuple[str, Any]] = []
             try:
-                elfs = _prefetch_batch([reader for _, reader in opened], hints) if hints.left > 0 else []
-            except Exception:
-                elfs = []  # only hints: the scan below reads and reports everything itself
-            if results is not None:
+                for path in paths[start:start + BATCH]:
+                    fd = _open_regular(path) if advise else None
+                    if fd is None:
+                        if results is not None:
+                            _timed(results, path, lambda: _fatbin.scan(path))
+                        continue
+                    opened.append((path, _elf.Reader(os.fdopen(fd, "rb", buffering=0))))
+                files += len(opened)
+                try:
+                    elfs = _elf_steps([reader for _, reader in opened], hints)
+                except Exception:
+                    elfs = []  # only hints: the scan reads and reports everything itself
                 for index, (path, reader) in enumerate(opened):
                     elf = elfs[index] if index < len(elfs) else None
-                    _timed(results, path, lambda: _fatbin.scan_reader(path, reader, elf))
-        finally:
-            for _, reader in opened:
+                    if _has_gpu_sections(elf) and len(held) < MAX_OPEN:
+                        held.append((path, reader, elf))
+                        opened[index] = (path, None)
+                    elif results is not None:
+                        _timed(results, path, lambda: _fatbin.scan_reader(path, reader, elf))
+            finally:
+                _close(reader for _, reader in opened)
+            if len(held) >= MAX_OPEN or start + BATCH >= len(paths):
                 try:
-                    reader.handle.close()
+                    _chain_steps([(reader, elf) for _, reader, elf in held], hints)
                 except Exception:
                     pass
+                if results is not None:
+                    for path, reader, elf in held:
+                        _timed(results, path, lambda: _fatbin.scan_reader(path, reader, elf))
+                _close(reader for _, reader, _ in held)
+                held = []
+    finally:
+        _close(reader for _, reader, _ in held)
     return {"files": files, "hints": MAX_HINTS - hints.left, "waves": hints.waves}
+
+
+def _close(readers: Iterable[Any]) -> None:
+    for reader in readers:
+        if reader is not None:
+            try:
+                reader.handle.close()
+            except Exception:
+                pass
+
+
+def _has_gpu_sections(elf: Any) -> bool:
+    return elf is not None and not isinstance(elf, _fatbin.FatbinScan) and any(
+        elf.find(name) is not None for name in (_fatbin.FATBIN_SECTION, _fatbin.RELFATBIN_SECTION, _fatbin.WRAPPER_SECTION))
 
 
 def _timed(results: Dict[str, Tuple[Any, float]], path: str, scan: Any) -> None:
@@ -216,9 +255,10 @@ def _timed(results: Dict[str, Tuple[Any, float]], path: str, scan: Any) -> None:
     results[path] = (scan(), time.perf_counter() - started)
 
 
-def _prefetch_batch(readers: List[Any], hints: _Hints) -> List[Any]:
-    """The hints for ``readers``; returns what was read of each one's section table
-    (``fatbin.read_elf``: an Elf, the scan that says why there is none, or None: not read)."""
+def _elf_steps(readers: List[Any], hints: _Hints) -> List[Any]:
+    """The ELF header, section table and names of each file, each step asked of all files before
+    the first is read; returns what was read of each one's section table (``fatbin.read_elf``:
+    an Elf, the scan that says why there is none, or None: the read failed, the scan retries)."""
     # Step 1: the ELF header, and the end of the file (the section table and names, mostly).
     for reader in readers:
         _fatbin._no_readahead(reader.handle.fileno())
@@ -239,18 +279,22 @@ def _prefetch_batch(readers: List[Any], hints: _Hints) -> List[Any]:
         names = _elf.section_header(reader.read(where, size), is64) if size >= (64 if is64 else 40) else None
         if names is not None and names.size:
             hints.ask(reader, names.offset, min(names.size, _elf.MAX_NAME_TABLE))
-    # Step 4: the sections; each fatbin's first container, and the wrapper records.
-    chains: List[Step] = []
-    wrapped = []
+    # Step 4: the section tables themselves.
     elfs: List[Any] = []
     for reader in readers:
         try:
-            elf = _fatbin.read_elf(reader)
+            elfs.append(_fatbin.read_elf(reader))
         except Exception:
-            elf = None  # a read that failed: the scan tries again and says why
-        elfs.append(elf)
-        if elf is None or isinstance(elf, _fatbin.FatbinScan):
-            continue
+            elfs.append(None)
+    return elfs
+
+
+def _chain_steps(binaries: List[Tuple[Any, Any]], hints: _Hints) -> None:
+    """The fatbin containers and entries of ``binaries`` ((reader, Elf) with GPU sections)."""
+    # Step 5: each fatbin's first container, and the wrapper records.
+    chains: List[Step] = []
+    wrapped = []
+    for reader, elf in binaries:
         regions = []
         for section in (elf.find(_fatbin.FATBIN_SECTION), elf.find(_fatbin.RELFATBIN_SECTION)):
             if section is not None and not section.nobits:
@@ -262,7 +306,7 @@ def _prefetch_batch(readers: List[Any], hints: _Hints) -> List[Any]:
         if regions and wrappers is not None and not wrappers.nobits:
             hints.ask(reader, wrappers.offset, min(wrappers.size, _fatbin.MAX_WRAPPER_BYTES))
             wrapped.append((reader, elf, wrappers, regions))
-    # Step 5: every container a wrapper record points at, inside a fatbin section of its file.
+    # Step 6: every container a wrapper record points at, inside a fatbin section of its file.
     for reader, elf, wrappers, regions in wrapped:
         ptr, size = ("<Q", 24) if elf.is64 else ("<I", 16)
         data = reader.read(wrappers.offset, min(wrappers.size, _fatbin.MAX_WRAPPER_BYTES))
@@ -279,7 +323,6 @@ def _prefetch_batch(readers: List[Any], hints: _Hints) -> List[Any]:
     while chains and hints.waves < MAX_WAVES and hints.left > 0:
         hints.waves += 1
         chains = [step for item in chains for step in _next_steps(item, seen) if hints.ask(step[0], step[1], ENTRY)]
-    return elfs
 
 
 def _next_steps(item: Step, seen: Set[Tuple[int, int]]) -> List[Step]:

@@ -483,11 +483,17 @@ def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[s
     if fatbin is None:
         from gpudoctor.probes import fatbin
     cache = _scancache.shared(environ)
+    loaded = time.perf_counter()
     items, notes = candidates(paths, dists, editable, cache)
+    found = time.perf_counter()
     binaries, stats = scan_all(items, scanner or fatbin.scan, cache, _coldstart)
+    scanned = time.perf_counter()
     saved = cache.save()
     stats.update({"elapsed_s": round(time.perf_counter() - started, 4), "cache": cache.status,
-                  "cache_dir": cache.directory, "cache_save": saved})
+                  "cache_dir": cache.directory, "cache_save": saved,
+                  # where a slow (cold) scan spent its time: cache load, finding the files, reading them, saving
+                  "phases_s": {"load": round(loaded - started, 4), "candidates": round(found - loaded, 4),
+                               "scan": round(scanned - found, 4), "save": round(time.perf_counter() - scanned, 4)}})
     if cache.detail:
         stats["cache_detail"] = cache.detail
     detail = (f"{stats['cuda_binaries']} CUDA binaries in {stats['shared_objects']} shared objects "

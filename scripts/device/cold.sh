@@ -30,7 +30,7 @@ print(json.dumps({"prefetch": sys.argv[1], "page_cache_dropped": sys.argv[2], "r
                   "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "user_s": round(usage.ru_utime, 3), "sys_s": round(usage.ru_stime, 3), "rss_mb": round(usage.ru_maxrss / 1024, 1),
                   "disk_read_mb": round(usage.ru_inblock * 512 / 1e6, 1),
                   "probes": {k[6:]: v["value"] for k, v in facts.items() if k.startswith("probe.")},
-                  "scan": {k: scan.get(k) for k in ("shared_objects", "cuda_binaries", "read", "cached", "bytes_read", "elapsed_s", "prefetch")}}))
+                  "scan": {k: scan.get(k) for k in ("shared_objects", "cuda_binaries", "read", "cached", "bytes_read", "elapsed_s", "phases_s", "prefetch")}}))
 PY
 for mode in on off on off on off; do
   rm -rf "$GPUDOCTOR_CACHE_DIR"; d=$(drop)
@@ -51,7 +51,7 @@ for row in rows:
           f"(user {row.get('user_s')} sys {row.get('sys_s')}) rss {row['rss_mb']} MB disk {row['disk_read_mb']} MB rc {row['rc']} | probes " +
           " ".join(f"{k} {v}" for k, v in sorted(row["probes"].items())) +
           f" | scan {s.get('shared_objects')} files, {s.get('cuda_binaries')} CUDA, read {s.get('read')}, cached {s.get('cached')}, "
-          f"{s.get('elapsed_s')} s, prefetch {s.get('prefetch')}")
+          f"{s.get('elapsed_s')} s {s.get('phases_s')}, prefetch {s.get('prefetch')}")
 for mode in ("on", "off"):
     walls = [r["wall_s"] for r in rows if r["prefetch"] == mode and r["scan"].get("cached") == 0]
     if walls:
