@@ -166,7 +166,7 @@ class _Hints:
         asked.add(pages)
         self.left -= 1
         try:
-            os.posix_fadvise(reader.handle.fileno(), offset, length, os.POSIX_FADV_WILLNEED)
+            os.posix_fadvise(reader.fd, offset, length, os.POSIX_FADV_WILLNEED)
         except OSError:
             return False
         return True
@@ -317,34 +317,38 @@ def _chain_steps(binaries: List[Tuple[Any, Any]], hints: _Hints) -> None:
             for lo, hi in regions:
                 if offset is not None and lo < offset < hi and hints.ask(reader, offset, CONTAINER + ENTRY):
                     chains.append((reader, offset, hi, _CONTAINER))
-    # Then the chains, one step of every chain per wave: a container gives its first entry and
-    # the next container, an entry the next entry.
+    # Then the chains, one step of every chain per wave: a container gives its first entry (its
+    # header was asked for with the container's) and the next container, an entry the next entry.
+    # The hot loop of a cold scan (~35,000 steps on an H200 host): plain preads and tuples.
     seen: Set[Tuple[int, int]] = set()
+    container, entry = _fatbin.CONTAINER_HEADER.unpack_from, _fatbin.ENTRY_HEAD.unpack_from
+    magic_ok, pread = _fatbin.FATBIN_MAGIC, os.pread
     while chains and hints.waves < MAX_WAVES and hints.left > 0:
         hints.waves += 1
-        chains = [step for item in chains for step in _next_steps(item, seen) if hints.ask(step[0], step[1], ENTRY)]
-
-
-def _next_steps(item: Step, seen: Set[Tuple[int, int]]) -> List[Step]:
-    reader, offset, end, what = item
-    if what == _CONTAINER:
-        if (id(reader), offset) in seen:  # a wrapper record and the chain before it both lead here
-            return []
-        seen.add((id(reader), offset))
-        head = reader.read(offset, CONTAINER)
-        if len(head) < CONTAINER:
-            return []
-        magic, _, hsize, fsize = _fatbin.CONTAINER_HEADER.unpack(head)
-        if magic != _fatbin.FATBIN_MAGIC or hsize < CONTAINER:
-            return []
-        steps = [(reader, offset + hsize, min(offset + hsize + fsize, end), _ENTRY),
-                 (reader, offset + hsize + fsize, end, _CONTAINER)]
-    else:
-        head = reader.read(offset, _fatbin.ENTRY_HEAD.size)
-        if len(head) < _fatbin.ENTRY_HEAD.size:
-            return []
-        _, _, ehsize, size = _fatbin.ENTRY_HEAD.unpack(head)
-        if ehsize < ENTRY:
-            return []
-        steps = [(reader, offset + ehsize + size, end, _ENTRY)]
-    return [step for step in steps if step[1] + CONTAINER <= step[2]]
+        following: List[Step] = []
+        for reader, offset, end, what in chains:
+            try:
+                head = pread(reader.fd, 16, offset)
+            except OSError:
+                continue
+            if len(head) < 16:
+                continue
+            if what == _CONTAINER:
+                key = (id(reader), offset)  # the readers live through this loop: ids are not reused
+                if key in seen:  # a wrapper record and the chain before it both lead here
+                    continue
+                seen.add(key)
+                magic, _, hsize, fsize = container(head)
+                if magic != magic_ok or hsize < CONTAINER:
+                    continue
+                first, after = offset + hsize, offset + hsize + fsize
+                if first + CONTAINER <= min(after, end):
+                    following.append((reader, first, min(after, end), _ENTRY))
+                if after + CONTAINER <= end and hints.ask(reader, after, CONTAINER + ENTRY):
+                    following.append((reader, after, end, _CONTAINER))
+            else:
+                _, _, ehsize, size = entry(head)
+                after = offset + ehsize + size
+                if ehsize >= ENTRY and after + CONTAINER <= end and hints.ask(reader, after, ENTRY):
+                    following.append((reader, after, end, _ENTRY))
+        chains = following

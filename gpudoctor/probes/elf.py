@@ -59,14 +59,14 @@ class Reader:
         self.handle = handle
         self.size = handle.seek(0, 2) if size is None else size
         self.bytes_read = 0
-        self._fd = handle.fileno() if type(handle) is io.FileIO else None
+        self.fd = handle.fileno() if type(handle) is io.FileIO else None  # for positioned reads; None: another file object
 
     def read(self, offset: int, length: int) -> bytes:
         if offset < 0 or length <= 0 or offset >= self.size:
             return b""
         length = min(length, self.size - offset)
-        if self._fd is not None:
-            data = os.pread(self._fd, length, offset)
+        if self.fd is not None:
+            data = os.pread(self.fd, length, offset)
         else:
             self.handle.seek(offset)
             data = self.handle.read(length) or b""
@@ -113,6 +113,7 @@ class Elf:
         self.is64 = ei_class == ELFCLASS64
         self._sections: Optional[List[Section]] = None
         self._loaded: Optional[List[Section]] = None
+        self._last: Optional[Section] = None  # file_offset's last section
         try:
             self._load()
         except struct.error as exc:
@@ -190,8 +191,12 @@ class Elf:
 
     def file_offset(self, vaddr: int) -> Optional[int]:
         """Where the loaded address ``vaddr`` comes from in the file, via SHF_ALLOC sections."""
+        last = self._last
+        if last is not None and last.addr <= vaddr < last.addr + last.size:  # thousands of wrapper records: one section
+            return last.offset + (vaddr - last.addr)
         for s in self.loaded:
             if s.addr <= vaddr < s.addr + s.size:
+                self._last = s
                 return s.offset + (vaddr - s.addr)
         return None
 
