@@ -79,5 +79,8 @@ for mode in ("seq", 8, "seq", 8):
         with ThreadPoolExecutor(mode) as pool: list(pool.map(opened, paths))
     print(f"cold open+fstat of {len(paths)} shared objects, {mode}: {time.perf_counter() - t:.3f} s")
 PY
+# Issue 13's must-show numbers (benchmarks/must_show.py: warm wall and RSS medians, cold = empty scan
+# cache + dropped page cache, median of 3), from this same empty directory.
+python3 "$R"/benchmarks/must_show.py --label as-is --json "$dir/must-show.json" >>"$dir/summary.txt" 2>&1
 cat "$dir/summary.txt"
 cd "$R"; rm -rf "$W"
