@@ -81,6 +81,16 @@ for mode in ("seq", 8, "seq", 8):
 PY
 # Issue 13's must-show numbers (benchmarks/must_show.py: warm wall and RSS medians, cold = empty scan
 # cache + dropped page cache, median of 3), from this same empty directory.
-python3 "$R"/benchmarks/must_show.py --label as-is --json "$dir/must-show.json" >>"$dir/summary.txt" 2>&1
+python3 "$R"/benchmarks/must_show.py --label as-is --json "$dir/must-show.json" >"$dir/must-show.txt" 2>&1
+# The same check with the python probe in a child interpreter of the same Python (what --python does):
+# off the doctor's GIL, on another core.
+python3 "$R"/benchmarks/must_show.py --label child --json "$dir/must-show-child.json" -- --python "$(command -v python3)" >"$dir/must-show-child.txt" 2>&1
+python3 - "$dir/must-show.json" "$dir/must-show-child.json" >>"$dir/summary.txt" 2>&1 <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    d = json.load(open(path))
+    print(f"must-show {d['label']:6s} warm {d['warm_wall_median_s']:.3f} s {d['warm_rss_median_mb']:.1f} MB cpu {d['warm_cpu_median_s']:.3f} | "
+          f"cold {d['cold_wall_median_s']:.3f} s {d['cold_wall_s']} cpu {d['cold_cpu_median_s']:.3f} | within {d['within_targets']} rc {d['rc']}")
+PY
 cat "$dir/summary.txt"
 cd "$R"; rm -rf "$W"
