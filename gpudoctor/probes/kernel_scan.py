@@ -281,14 +281,18 @@ class _Walk:
         return sorted(found)
 
 
-def candidates(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[str, str], cache) -> Tuple[List[Dict[str, Any]], List[str]]:
-    """Every shared object on the path, each with its owner: [{path, dist, package, owner}], notes."""
+def candidates(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[str, str], cache,
+               phases: Optional[Dict[str, float]] = None) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """Every shared object on the path, each with its owner: [{path, dist, package, owner}], notes.
+    ``phases``: where the time went (RECORDs read, parsed, directories checked), in seconds."""
+    clock = time.perf_counter()
     found: List[Dict[str, Any]] = []
     notes: List[str] = []
     claimed: Dict[str, Set[str]] = {}  # location -> top-level names owned by some distribution
     record_dirs: Dict[str, Dict[str, Any]] = {}  # location -> directories RECORDs list files in (not_in_record)
     walk = _Walk()
     texts = read_records(dists, cache)
+    read_at = time.perf_counter()
     for key, dist in sorted(dists.items()):
         location, meta = dist.get("location"), str(dist.get("meta", ""))
         if not location or not meta:
@@ -320,7 +324,11 @@ def candidates(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dic
                     where = os.path.join(location, top)
                     items = walk.files(where) if os.path.isdir(where) else []
                     found.extend({"path": p, "dist": key, "package": top, "owner": "top_level.txt"} for p in items)
+    parsed_at = time.perf_counter()
     found.extend(not_in_record(record_dirs, {item["path"] for item in found}, walk, cache))
+    if phases is not None:
+        phases.update({"records_read": round(read_at - clock, 4), "records_parsed": round(parsed_at - read_at, 4),
+                       "not_in_record": round(time.perf_counter() - parsed_at, 4)})
     for package, target in sorted(editable.items()):
         owner = _owner_guess(package, dists)
         found.extend({"path": p, "dist": owner, "package": package, "owner": "editable"} for p in walk.files(target))
@@ -484,7 +492,8 @@ def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[s
         from gpudoctor.probes import fatbin
     cache = _scancache.shared(environ)
     loaded = time.perf_counter()
-    items, notes = candidates(paths, dists, editable, cache)
+    inner: Dict[str, float] = {}
+    items, notes = candidates(paths, dists, editable, cache, inner)
     found = time.perf_counter()
     binaries, stats = scan_all(items, scanner or fatbin.scan, cache, _coldstart)
     scanned = time.perf_counter()
@@ -493,7 +502,7 @@ def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[s
                   "cache_dir": cache.directory, "cache_save": saved,
                   # where a slow (cold) scan spent its time: cache load, finding the files, reading them, saving
                   "phases_s": {"load": round(loaded - started, 4), "candidates": round(found - loaded, 4),
-                               "scan": round(scanned - found, 4), "save": round(time.perf_counter() - scanned, 4)}})
+                               "scan": round(scanned - found, 4), "save": round(time.perf_counter() - scanned, 4), **inner}})
     if cache.detail:
         stats["cache_detail"] = cache.detail
     detail = (f"{stats['cuda_binaries']} CUDA binaries in {stats['shared_objects']} shared objects "
