@@ -71,6 +71,8 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
 
     # --timeout counts from the process start when we are the program (start-up included), from now in-process.
     runner.begin(from_process_start=argv is None)
+    if argv is None:
+        runner.watch_interrupts()
     try:
         return _main(argv, environ, stdout, stderr)
     finally:

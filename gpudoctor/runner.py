@@ -69,6 +69,34 @@ def begin(from_process_start: bool) -> float:
     return _ANCHOR
 
 
+# Ctrl-C: Python raises KeyboardInterrupt wherever the main thread is, and where that is a
+# weakref callback or a __del__ (import's module-lock callbacks, while rules are imported) it is
+# printed as "Exception ignored" and lost: the command went on waiting for its probes. The
+# program's handler (watch_interrupts) also sets this flag, and the long waits look at it.
+_INTERRUPTED = threading.Event()
+
+
+def watch_interrupts() -> None:
+    """Install the SIGINT handler (gpudoctor as the program, main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        signal.signal(signal.SIGINT, _on_sigint)
+    except (ValueError, OSError):
+        pass
+
+
+def _on_sigint(signum, frame) -> None:
+    _INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
+def check_interrupt() -> None:
+    """Raise KeyboardInterrupt if a Ctrl-C arrived (even one swallowed where it landed)."""
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
+
 def end() -> None:
     """The command is over: a later one that does not call begin() counts from the moment it asks."""
     global _ANCHOR

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import textwrap
 import sys
 import threading
 import time
@@ -395,3 +396,35 @@ def test_ctrl_c_exits_130_without_traceback(tmp_path):
     assert proc.returncode == 130, err_text
     assert err_text.strip() == "gpudoctor: interrupted"
     assert b"Summary" not in out
+
+
+def test_a_ctrl_c_lost_in_a_weakref_callback_still_ends_the_wait_for_the_probes():
+    """Python raises KeyboardInterrupt where the main thread is; inside a weakref callback (import's
+    module locks, while rules are imported) it is printed as "Exception ignored" and lost. The
+    handler's flag makes the wait for the probes end anyway."""
+    program = textwrap.dedent("""
+        import os, signal, sys, threading, time, weakref
+        from gpudoctor import probes, runner
+        runner.watch_interrupts()
+        class Thing: pass
+        thing = Thing()
+        def callback(ref):
+            os.kill(os.getpid(), signal.SIGINT)  # lands here, inside the callback
+            for _ in range(1000): pass
+        keep = weakref.ref(thing, callback)
+        del thing
+        assert runner._INTERRUPTED.is_set(), "the handler did not run"
+        ctx = probes.Context(timeout=30)
+        slow = [("slow", lambda ctx: time.sleep(30) or {})]
+        started = time.monotonic()
+        try:
+            probes.collect(ctx, slow)
+        except KeyboardInterrupt:
+            print("interrupted after %.1f s" % (time.monotonic() - started))
+            sys.exit(130)
+        print("not interrupted")
+    """)
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, cwd=str(REPO))
+    assert proc.returncode == 130, (proc.stdout, proc.stderr)
+    assert "Exception ignored" in proc.stderr and "KeyboardInterrupt" in proc.stderr  # it was swallowed there
+    assert float(proc.stdout.split()[2]) < 2

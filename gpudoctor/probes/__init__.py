@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from gpudoctor import runner
 from gpudoctor.snapshot import ERROR, OK, TIMEOUT, Fact, Snapshot
 
 Probe = Callable[["Context"], Dict[str, Fact]]
@@ -144,7 +145,12 @@ class Running:
         ctx = self.ctx
         snapshot = Snapshot(meta={"root": ctx.root})
         for name, thread in self.threads:
-            thread.join(min(threading.TIMEOUT_MAX, max(0.0, self.until - time.monotonic())))
+            while True:  # in slices: a Ctrl-C swallowed where it landed is still seen (runner.check_interrupt)
+                left = self.until - time.monotonic()
+                thread.join(min(0.25, max(0.0, left)))
+                runner.check_interrupt()
+                if left <= 0 or not thread.is_alive():
+                    break
             outcome = self.results.get(name)
             if outcome is None:
                 snapshot.facts[f"probe.{name}"] = Fact(None, TIMEOUT, "gpudoctor", f"no answer within {ctx.timeout:g} s")

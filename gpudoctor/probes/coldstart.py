@@ -11,16 +11,22 @@ are ~2,500 waits. Threads did not help much (each read hands the GIL over: 16 th
 0.6 s of CPU in futex calls on a 2-core machine), and readahead made it worse (each small read
 that missed pulled in 128 KB or more: 1 GB read for 3 MB of headers).
 
-How: ``prefetch(paths)`` walks the same chains breadth-first over many files at once. Before it
-reads any header of the next step, it tells the kernel about every one of them with
+How: ``scan_many(paths)`` walks the same chains breadth-first over many files at once. Before
+it reads any header of the next step, it tells the kernel about every one of them with
 ``posix_fadvise(POSIX_FADV_WILLNEED)``, which starts the read and does not wait, so the disk
-works on hundreds of requests together instead of one. The ``.nvFatBinSegment`` records give
-the address of every registered container up front (checked on libcublasLt, libcudnn, libtorch_cuda,
-libcusparseLt and vLLM's _C: one record per container), so those chains all start in the first
-step. It only warms the page cache: ``fatbin.scan`` then reads the same bytes and decides
-everything itself. A wrong hint (a record that points at no container, a table moved by patchelf)
-costs one page read, never a wrong answer. Measured on a vLLM 0.33 install (569 shared objects,
-page cache dropped, 2-core VM): the scan took 1.05 s, now 0.44 s.
+works on hundreds of requests together instead of one: the ELF steps per batch of files, then
+the containers and entries of every CUDA binary in the same waves. The ``.nvFatBinSegment``
+records give the address of every registered container up front (checked on libcublasLt,
+libcudnn, libtorch_cuda, libcusparseLt and vLLM's _C: one record per container), so those
+chains all start in the first wave. The hints only warm the page cache: ``fatbin.scan_reader``
+then reads the same bytes and decides everything itself, on the file the prefetch opened and
+with the section table it read. A wrong hint (a record that points at no container, a table
+moved by patchelf) costs one page read, never a wrong answer. ``read_many`` does the same for
+many small files (RECORDs, vLLM's sources).
+
+Measured, page cache and scan cache emptied: a vLLM 0.33 install (569 shared objects, 2-core
+VM), the scan's process 1.49 s -> 0.70-0.86 s; an H200 host's stock Python (891 shared
+objects, 31 CUDA binaries, ~19,000 pages asked for in 59 waves), the scan 1.0 s -> 0.4 s.
 """
 
 import errno

@@ -1,0 +1,62 @@
+"""The doctor's own environment is read in a child of its own interpreter (probes/pystack.py).
+
+Off the doctor's GIL, the stdlib probe runs on another core while the other probes and the rules
+run in the doctor's process. It must give what the in-process probe gives, and fall back to the
+in-process probe when there is no interpreter to start or the child cannot answer.
+"""
+
+from __future__ import annotations
+
+import site
+import sys
+
+from gpudoctor.probes import Context, fatbin, flash_attn, pyenv, pystack, vllm_build, vllm_kernels
+
+
+def _in_process():
+    plain = pyenv.collect_plain(None, "stack", fatbin.scan,
+                                [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain],
+                                pystack.probe_options, {})
+    return pystack._facts(plain, "")
+
+
+def test_the_child_gives_what_the_in_process_probe_gives(monkeypatch):
+    calls = []
+    real = pystack.collect_other
+    monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    child = pystack.collect(Context(environ={}))
+    assert calls == [sys.executable]  # it did start a child of this interpreter
+    here = _in_process()
+    assert "python.requested" not in child  # not a --python run: the doctor's own environment
+    assert set(child) == set(here)
+    for path in ("python.executable", "python.version", "torch.version", "flash_attn.variants", "vllm.build"):
+        assert child[path].value == here[path].value, path
+        assert child[path].source == here[path].source, path
+    # In this process sys.path also holds what pytest put there (tests/, the repo with its
+    # egg-info, nvcc-built fixtures); the child sees what a normal start of this interpreter sees.
+    sites = tuple(site.getsitepackages())
+
+    def dists(facts):
+        return {d: v["version"] for d, v in facts["packages.dists"].value.items() if str(v.get("location", "")).startswith(sites)}
+    mine, theirs = dists(here), dists(child)
+    # (gpudoctor itself: pytest's sys.path finds the checkout's egg-info first, the child the installed one)
+    assert {d: theirs.get(d) for d in mine} == mine and len(mine) >= 10 and len(theirs) - len(mine) <= 1
+    def in_sites(facts):
+        return [b["path"] for b in facts["kernels.binaries"].value or [] if b["path"].startswith(sites)]
+    assert in_sites(child) == in_sites(here) and not [b for b in child["kernels.binaries"].value or [] if "/tests/" in b["path"]]
+
+
+def test_without_an_interpreter_to_start_it_reads_in_process(monkeypatch):
+    monkeypatch.setattr(sys, "executable", "")
+    monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no child")))
+    facts = pystack.collect(Context(environ={}))
+    assert facts["python.executable"].ok
+
+
+def test_a_child_that_cannot_answer_falls_back_to_the_in_process_probe(monkeypatch, tmp_path):
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho not json\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(broken))
+    facts = pystack.collect(Context(environ={}))
+    assert facts["python.executable"].ok and "python.requested" not in facts
