@@ -60,3 +60,14 @@ def test_a_child_that_cannot_answer_falls_back_to_the_in_process_probe(monkeypat
     monkeypatch.setattr(sys, "executable", str(broken))
     facts = pystack.collect(Context(environ={}))
     assert facts["python.executable"].ok and "python.requested" not in facts
+
+
+def test_a_child_out_of_time_is_a_timeout_not_a_second_try(monkeypatch, tmp_path):
+    slow = tmp_path / "python"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(slow))
+    monkeypatch.setattr(pyenv, "collect_plain", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read again")))
+    facts = pystack.collect(Context(environ={}, timeout=1))
+    assert facts["python.executable"].status == "timeout" and "did not answer" in facts["python.executable"].detail
+    assert "python.requested" not in facts

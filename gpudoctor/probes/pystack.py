@@ -159,8 +159,8 @@ def collect_other(python: str, environ, timeout: float, record: str = "stack", d
                   own: bool = False) -> Any:
     """Run the probe inside ``python`` and return its facts (or error facts saying why not).
     ``own``: ``python`` is this interpreter, standing in for the in-process probe: facts as that
-    one gives them (no --python source, no python.requested), None if the child could not answer
-    in time to spare."""
+    one gives them (no --python source, no python.requested); None if the child failed otherwise
+    than by running out of time (the caller then reads in its own process)."""
     limit = min(max(timeout * CHILD_SHARE, 0.5), CHILD_MAX_S)
     program = bootstrap(environ)
     args = [environ.get("PYTHONPATH", ""), record, json.dumps(probe_options())]
@@ -179,6 +179,10 @@ def collect_other(python: str, environ, timeout: float, record: str = "stack", d
         finally:
             os.unlink(script)
     source = "" if own else f"--python {python}"
+    if own and done.status == "timeout":  # no time left to read it here instead
+        facts = _failed(python, TIMEOUT, f"the Python probe (a child of {python}) did not answer: {done.detail}", source)
+        del facts["python.requested"]
+        return facts
     if own and done.status != "ok":
         return None
     if done.status == "ok":
