@@ -596,8 +596,13 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
         return facts
     facts["packages.dists"] = fact({key: compact(d) for key, d in sorted(first.items())}, source="dist-info",
                                    detail=f"{len(first)} distributions")
+    editable = editable_mappings(paths)
+    # The kernel scan waits on the disk when cold (probes/coldstart.py): it runs in a thread
+    # while the RECORD checks and the extras below use the CPU, and is joined before
+    # torch.arch_list, the one fact that needs what it found.
+    scan = _KernelScan(paths, first, editable, scanner, environ)
     stack: Dict[str, Dict[str, Any]] = {}
-    cache = _sibling("gpudoctor_scancache", "scancache.py").shared(environ)  # saved by the kernel scan below
+    cache = _sibling("gpudoctor_scancache", "scancache.py").shared(environ)  # saved at the end
     for key in STACK:
         dist = first.get(key)
         if dist is None:
@@ -620,17 +625,8 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
                   for key, extra in sorted(shadowed.items())}
     facts["packages.duplicates"] = fact(duplicates, source="dist-info")
     facts["packages.unreadable"] = fact(unreadable, source="dist-info")
-    editable = editable_mappings(paths)
     if editable:
         facts["packages.editable"] = fact(editable, source="__editable__ finders")
-    try:
-        facts.update(_sibling("gpudoctor_kernel_scan", "kernel_scan.py").collect(paths, first, editable, scanner, environ))
-    except Exception as exc:  # the scan's bug must not cost the other facts
-        broken = fact(None, "error", "kernel_scan", f"{type(exc).__name__}: {exc}")
-        facts.update({"kernels.binaries": broken, "kernels.scan": broken})
-    binaries = facts["kernels.binaries"].get("value") or []
-    torch_dir = facts.get("torch.path", {}).get("value")
-    facts["torch.arch_list"] = torch_arch_list(torch_dir, binaries)
     if extras:
         ctx = {"paths": paths, "dists": first, "editable": editable, "facts": facts, "options": options or {},
                "environ": dict(os.environ) if environ is None else environ}
@@ -641,7 +637,40 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
                 module = sys.modules.get(getattr(extra, "__module__", ""))
                 for key in getattr(module, "FACT_KEYS", ()) or (f"probe.{getattr(extra, '__module__', 'extra')}",):
                     facts[key] = fact(None, "error", getattr(extra, "__module__", "extra"), f"{type(exc).__name__}: {exc}")
+    facts.update(scan.result())
+    binaries = facts["kernels.binaries"].get("value") or []
+    torch_dir = facts.get("torch.path", {}).get("value")
+    facts["torch.arch_list"] = torch_arch_list(torch_dir, binaries)
+    cache.save()  # what the RECORD checks and the extras added after the kernel scan saved
     return facts
+
+
+class _KernelScan:
+    """kernel_scan.collect in a thread; ``result()`` joins it (its facts, or error facts)."""
+
+    def __init__(self, paths: List[str], first: Dict[str, Any], editable: Dict[str, str],
+                 scanner: Optional[Callable[[str], Any]], environ: Optional[Dict[str, str]]) -> None:
+        import threading
+
+        self.facts: Optional[Dict[str, Any]] = None
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._run, args=(paths, first, editable, scanner, environ),
+                                       name="gpudoctor-kernel-scan", daemon=True)
+        self.thread.start()
+
+    def _run(self, paths, first, editable, scanner, environ) -> None:
+        try:
+            self.facts = _sibling("gpudoctor_kernel_scan", "kernel_scan.py").collect(paths, first, editable, scanner, environ)
+        except Exception as exc:  # the scan's bug must not cost the other facts
+            self.error = exc
+
+    def result(self) -> Dict[str, Any]:
+        self.thread.join()
+        if self.facts is not None:
+            return self.facts
+        exc = self.error
+        broken = fact(None, "error", "kernel_scan", f"{type(exc).__name__}: {exc}" if exc else "the scan did not finish")
+        return {"kernels.binaries": broken, "kernels.scan": broken}
 
 
 def main(argv: Optional[List[str]] = None, scanner: Optional[Callable[[str], Any]] = None,

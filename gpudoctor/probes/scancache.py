@@ -169,7 +169,10 @@ class ScanCache:
             current = ScanCache.__new__(ScanCache)
             current.status, current.detail, current.changed = "empty", "", {}
             merged = current._load(target)
-            merged.update({k: v for k, v in self.changed.items() if k != "__rewrite__"})
+            # Taken at once: another thread (the kernel scan runs beside the RECORD checks) may
+            # put entries meanwhile; those wait for the next save.
+            changed, self.changed = self.changed, {}
+            merged.update({k: v for k, v in changed.items() if k != "__rewrite__"})
             if len(merged) > MAX_ENTRIES:  # keep the most recently used
                 keep = sorted(merged.items(), key=lambda kv: kv[1].get("used", 0), reverse=True)[:MAX_ENTRIES]
                 merged = dict(keep)
@@ -187,8 +190,9 @@ class ScanCache:
                     os.unlink(tmp)
                 except OSError:
                     pass
+                changed.update(self.changed)
+                self.changed = changed  # not written: kept for the next try
                 raise
-            self.changed = {}
             _prune(self.directory, self.filename)
             return f"saved {len(merged)} entries"
         finally:
