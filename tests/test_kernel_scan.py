@@ -420,3 +420,28 @@ def test_the_python_probe_and_the_doctor_share_the_file_of_the_inspected_environ
     prefix = subprocess.run([str(python), "-I", "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True).stdout.strip()
     assert (tmp_path / "c" / scancache.file_name(prefix)).is_file()
     assert not (tmp_path / "c" / scancache.file_name()).exists()  # not the test interpreter's
+
+
+def test_two_threads_asking_for_the_shared_cache_get_the_same_one(tmp_path, monkeypatch):
+    """The kernel scan's thread and the RECORD checks ask at the same moment (pyenv.collect_plain);
+    two objects would each keep half of what was found (test_vllm_kernels lost its entry so)."""
+    import threading
+    import time as _time
+
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "c"))
+    scancache.forget()
+    real = scancache.ScanCache._load
+
+    def slow(self, path):
+        _time.sleep(0.2)  # a big cache file being read
+        return real(self, path)
+
+    monkeypatch.setattr(scancache.ScanCache, "_load", slow)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(scancache.shared())) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 2 and got[0] is got[1] is scancache.shared()
+    scancache.forget()

@@ -31,6 +31,7 @@ import json
 import os
 import stat
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -263,15 +264,19 @@ def parse(data: bytes) -> Optional[Dict[str, Dict[str, Any]]]:
 
 
 _shared: Dict[str, Tuple[Optional[str], "ScanCache"]] = {}
+_shared_lock = threading.Lock()
 
 
 def shared(environ: Optional[Dict[str, str]] = None) -> ScanCache:
-    """One cache object per process and directory (the kernel scan and the vLLM reader share it)."""
+    """One cache object per process and directory (the kernel scan and the vLLM reader share it).
+    Under a lock: the kernel scan's thread and the RECORD checks ask for it at the same moment,
+    and two objects would each keep half of what was found."""
     directory = cache_dir(environ)
     key = directory or ""
-    if key not in _shared:
-        _shared[key] = (directory, ScanCache(directory))
-    return _shared[key][1]
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = (directory, ScanCache(directory))
+        return _shared[key][1]
 
 
 def forget() -> None:
