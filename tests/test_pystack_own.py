@@ -74,3 +74,17 @@ def test_a_child_out_of_time_is_a_timeout_not_a_second_try(monkeypatch, tmp_path
     facts = pystack.collect(Context(environ={}, timeout=1))
     assert facts["python.executable"].status == "timeout" and "did not answer" in facts["python.executable"].detail
     assert "python.requested" not in facts
+
+
+def test_the_child_finds_this_process_compiled_code_and_compiles_nothing(tmp_path):
+    """seed_code writes under the key the bootstrap's _code() reads: after a run with an empty
+    cache, the probe-code directory holds exactly the seeded files (a wrong key would make the
+    child compile and write others), and a second run changes none of them."""
+    env = {"GPUDOCTOR_CACHE_DIR": str(tmp_path / "c")}
+    pystack.seed_code(env)
+    code = tmp_path / "c" / "probe-code"
+    seeded = {p.name: p.stat().st_mtime_ns for p in code.iterdir()}
+    assert len(seeded) == len(pystack._BOOTSTRAPPED)
+    facts = pystack.collect(Context(environ=env))
+    assert facts["python.executable"].ok and facts["kernels.scan"].ok
+    assert {p.name: p.stat().st_mtime_ns for p in code.iterdir()} == seeded
