@@ -483,8 +483,10 @@ def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache, 
 
 
 def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[str, str],
-            scanner: Optional[Callable[[str], Any]], environ: Optional[Dict[str, str]] = None) -> Dict[str, Dict[str, Any]]:
-    """``kernels.binaries`` and ``kernels.scan`` for this path."""
+            scanner: Optional[Callable[[str], Any]], environ: Optional[Dict[str, str]] = None,
+            save: bool = True) -> Dict[str, Dict[str, Any]]:
+    """``kernels.binaries`` and ``kernels.scan`` for this path. ``save=False``: the caller saves
+    the scan cache once, with what else it adds (pyenv.collect_plain), and sets ``cache_save``."""
     started = time.perf_counter()
     fact = _pyenv.fact
     fatbin = sys.modules.get("gpudoctor_fatbin")
@@ -497,7 +499,7 @@ def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[s
     found = time.perf_counter()
     binaries, stats = scan_all(items, scanner or fatbin.scan, cache, _coldstart)
     scanned = time.perf_counter()
-    saved = cache.save()
+    saved = cache.save() if save else "with the other probes' entries"
     stats.update({"elapsed_s": round(time.perf_counter() - started, 4), "cache": cache.status,
                   "cache_dir": cache.directory, "cache_save": saved,
                   # where a slow (cold) scan spent its time: cache load, finding the files, reading them, saving

@@ -586,11 +586,11 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     """
     paths = search_paths() if paths is None else list(paths)
     facts: Dict[str, Dict[str, Any]] = {}
-    facts.update(python_facts(paths))
-    facts.update(torch_facts(paths))
     try:
         first, shadowed, unreadable = scan_dists(paths, read_all=record != "stack")
     except Exception as exc:  # belt and braces: never let one odd file stop the report
+        facts.update(python_facts(paths))
+        facts.update(torch_facts(paths))
         err = fact(None, "error", "dist-info", f"{type(exc).__name__}: {exc}")
         facts.update({"packages.dists": err, "packages.stack": err, "packages.duplicates": err})
         return facts
@@ -601,8 +601,10 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     # while the RECORD checks and the extras below use the CPU, and is joined before
     # torch.arch_list, the one fact that needs what it found.
     scan = _KernelScan(paths, first, editable, scanner, environ)
+    facts.update(python_facts(paths))
+    facts.update(torch_facts(paths))  # torch's version.py and libc10's symbols: read while the scan waits
     stack: Dict[str, Dict[str, Any]] = {}
-    cache = _sibling("gpudoctor_scancache", "scancache.py").shared(environ)  # saved at the end
+    cache = _sibling("gpudoctor_scancache", "scancache.py").shared(environ)  # saved once, at the end
     for key in STACK:
         dist = first.get(key)
         if dist is None:
@@ -641,7 +643,10 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     binaries = facts["kernels.binaries"].get("value") or []
     torch_dir = facts.get("torch.path", {}).get("value")
     facts["torch.arch_list"] = torch_arch_list(torch_dir, binaries)
-    cache.save()  # what the RECORD checks and the extras added after the kernel scan saved
+    saved = cache.save()  # once: the kernel scan's entries, the RECORD checks' and the extras'
+    scan_stats = facts["kernels.scan"].get("value")
+    if isinstance(scan_stats, dict):
+        scan_stats["cache_save"] = saved
     return facts
 
 
@@ -660,7 +665,8 @@ class _KernelScan:
 
     def _run(self, paths, first, editable, scanner, environ) -> None:
         try:
-            self.facts = _sibling("gpudoctor_kernel_scan", "kernel_scan.py").collect(paths, first, editable, scanner, environ)
+            self.facts = _sibling("gpudoctor_kernel_scan", "kernel_scan.py").collect(paths, first, editable, scanner, environ,
+                                                                                     save=False)
         except Exception as exc:  # the scan's bug must not cost the other facts
             self.error = exc
 

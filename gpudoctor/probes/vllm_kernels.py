@@ -272,8 +272,7 @@ def collect_plain(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     else:
         shared, sources = _files(vllm_dir, dist)
         extensions = classify(parent, shared, sources) if shared else []
-        cache.put(CACHE_KIND, record or "", key, {"extensions": extensions})
-        cache.save()
+        cache.put(CACHE_KIND, record or "", key, {"extensions": extensions})  # saved by pyenv.collect_plain
     if not extensions:
         return {"vllm.extensions": fact({"root": vllm_dir, "extensions": []}, source=vllm_dir,
                                         detail="no compiled extension in the vllm package")}
