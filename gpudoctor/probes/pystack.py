@@ -124,10 +124,12 @@ _BOOTSTRAPPED = (("gpudoctor_elf", elf), ("gpudoctor_fatbin", fatbin), ("gpudoct
 
 
 def seed_code(environ) -> None:
-    """For a child that is this interpreter (the doctor's own environment): put the compiled code
-    this process already has (its modules' .pyc) where the child's ``_code()`` looks for it, under
-    the same key, so a child started with an empty cache does not compile ~150 KB of source first
-    (30-50 ms of a cold check's longest path). Best effort: anything odd and the child compiles."""
+    """For a child of this Python version (the doctor's own environment, or a --python venv made
+    from the same Python): put the compiled code this process already has (its modules' .pyc)
+    where the child's ``_code()`` looks for it, under the same key (which holds the cache tag:
+    another version never reads it), so a child started with an empty cache does not compile
+    ~150 KB of source first (30-50 ms of a cold check's longest path). Best effort: anything
+    odd and the child compiles."""
     where = scancache.cache_dir(environ)
     if not where:
         return
@@ -202,8 +204,7 @@ def collect_other(python: str, environ, timeout: float, record: str = "stack", d
     than by running out of time (the caller then reads in its own process)."""
     limit = min(max(timeout * CHILD_SHARE, 0.5), CHILD_MAX_S)
     program = bootstrap(environ)
-    if own:
-        seed_code(environ)
+    seed_code(environ)  # used by a child of this Python version (the key has its cache tag), ignored by others
     args = [environ.get("PYTHONPATH", ""), record, json.dumps(probe_options())]
     if len(program) < ARG_MAX:
         done = runner.run([python, "-I", "-c", program] + args, timeout=limit, env=environ, deadline=deadline,
