@@ -88,3 +88,10 @@ def test_the_child_finds_this_process_compiled_code_and_compiles_nothing(tmp_pat
     facts = pystack.collect(Context(environ=env))
     assert facts["python.executable"].ok and facts["kernels.scan"].ok
     assert {p.name: p.stat().st_mtime_ns for p in code.iterdir()} == seeded
+
+
+def test_a_frozen_build_reads_in_process(monkeypatch):
+    """A frozen gpudoctor's sys.executable is gpudoctor itself, not a Python to run the probe with."""
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no child")))
+    assert pystack.collect(Context(environ={}))["python.executable"].ok

@@ -179,8 +179,8 @@ def collect(ctx) -> Dict[str, Fact]:
     # (what --python does), off this process's GIL, on another core, while the other probes and
     # the rules run here. Measured on an H200 host, in the same run: warm check 0.303 -> 0.256 s
     # and 48.7 -> 44.3 MB, cold (empty caches) 1.034 -> 0.878 s. In this process when there is no
-    # interpreter to start (embedded Python) or the child could not answer.
-    if sys.executable and os.path.isfile(sys.executable):
+    # interpreter to start (embedded Python, a frozen build) or the child could not answer.
+    if sys.executable and os.path.isfile(sys.executable) and not getattr(sys, "frozen", False):  # frozen: it is gpudoctor
         facts = collect_other(sys.executable, ctx.environ, ctx.timeout, _record_mode(ctx), getattr(ctx, "deadline", None),
                               own=True)
         if facts is not None:
