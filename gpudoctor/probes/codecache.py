@@ -66,15 +66,24 @@ def _code(name: str, source: bytes, origin: str, directory: str):
     if code is not None:
         return code
     code = compile(source, origin, "exec", dont_inherit=True)
+    store(path, code)
+    return code
+
+
+def store(path: str, code: Any) -> bool:
+    """Write ``code`` (marshal) to ``path`` as _read() and --python's bootstrap accept it: a
+    file of this user, writable by nobody else, replaced whole. False where it cannot be
+    written (a read-only home: compiled again next time)."""
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         tmp = "%s.%d.tmp" % (path, os.getpid())
-        with open(tmp, "wb") as handle:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "wb") as handle:
             handle.write(marshal.dumps(code))
         os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only home: compiled again next time, as before
-    return code
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def _read(path: str) -> Optional[Any]:

@@ -14,6 +14,7 @@ normal start of that interpreter would use.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -95,7 +96,9 @@ sys.exit(_pyenv.main(sys.argv[1:], scanner=_fatbin.scan, extras=_extras))
 """
 
 
+@functools.lru_cache(maxsize=None)
 def _source(module) -> str:
+    """A probe module's source, read once per process (bootstrap() and seed_code() both need it)."""
     loader = getattr(module, "__loader__", None)
     text = loader.get_source(module.__name__) if loader is not None else None
     if text is None:
@@ -133,8 +136,9 @@ def seed_code(environ) -> None:
     where = scancache.cache_dir(environ)
     if not where:
         return
-    import marshal
     import zlib
+
+    from gpudoctor.probes import codecache
 
     directory = os.path.join(where, "probe-code")
     for name, module in _BOOTSTRAPPED:
@@ -146,14 +150,8 @@ def seed_code(environ) -> None:
                 continue
             loader = getattr(module, "__loader__", None)
             code = loader.get_code(module.__name__) if hasattr(loader, "get_code") else None
-            if code is None:
-                continue
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            tmp = "%s.%d.tmp" % (path, os.getpid())
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(marshal.dumps(code))
-            os.replace(tmp, path)
+            if code is not None and not codecache.store(path, code):
+                return  # not writable: the child compiles, as before
         except (OSError, ImportError, ValueError):
             return
 
