@@ -219,6 +219,45 @@ def test_scan_many_answers_as_scan_does_for_every_kind_of_path(tmp_path):
     assert stats["files"] == len(REAL) + 3 + (os.geteuid() == 0)  # the regular files it could open (root: secret.so too)
 
 
+def test_scan_many_reads_each_fatbin_header_once(tmp_path, monkeypatch):
+    """The breadth-first walk's reads are kept for the scan (elf.Reader.memo): on real nvcc output
+    and a many-container library, no read inside a fatbin is made twice (a -concat entry's longer
+    header is read once more, whole), and the answers are fatbin.scan's."""
+    lib = _many_containers(tmp_path, containers=50, archs=3, wrappers=True)
+    paths = [str(p) for p in REAL] + [str(lib)]
+    expected = {p: fatbin.scan(p).to_json() for p in paths}
+    real = os.pread
+    reads: Dict[Tuple[int, int, int], int] = {}
+
+    def spy(fd, length, offset):
+        key = (os.fstat(fd).st_ino, offset, length)
+        reads[key] = reads.get(key, 0) + 1
+        return real(fd, length, offset)
+
+    monkeypatch.setattr(os, "pread", spy)
+    results, _ = coldstart.scan_many(paths)
+    monkeypatch.setattr(os, "pread", real)
+    assert {p: results[p][0].to_json() for p in paths} == expected
+    twice = []
+    for path in paths:
+        result = results[path][0]
+        if result.status != "ok":
+            continue
+        ino = os.stat(path).st_ino
+        sections = [s for s in _sections(path) if s[0] in (b".nv_fatbin", b"__nv_relfatbin")]
+        twice += [(path, off, length) for (i, off, length), n in reads.items()
+                  if i == ino and n > 1 and any(lo <= off < lo + size for _, lo, size in sections)]
+    assert not twice, twice[:5]
+
+
+def _sections(path: str) -> List[Tuple[bytes, int, int]]:
+    from gpudoctor.probes import elf
+
+    with open(path, "rb", buffering=0) as handle:
+        table = elf.Elf(elf.Reader(handle))
+        return [(s.name, s.offset, s.size) for s in table.sections]
+
+
 def test_read_many_reads_in_order_and_never_blocks(tmp_path):
     os.mkfifo(tmp_path / "pipe")
     (tmp_path / "dir").mkdir()

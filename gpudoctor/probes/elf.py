@@ -60,11 +60,19 @@ class Reader:
         self.size = handle.seek(0, 2) if size is None else size
         self.bytes_read = 0
         self.fd = handle.fileno() if type(handle) is io.FileIO else None  # for positioned reads; None: another file object
+        # offset -> the bytes read there already, for a second reader of the same headers (coldstart's
+        # breadth-first walk reads every fatbin header before fatbin.scan reads them again).
+        self.memo: Optional[Dict[int, bytes]] = None
 
     def read(self, offset: int, length: int) -> bytes:
         if offset < 0 or length <= 0 or offset >= self.size:
             return b""
         length = min(length, self.size - offset)
+        if self.memo is not None:
+            data = self.memo.get(offset)
+            if data is not None and len(data) >= length:
+                self.bytes_read += length
+                return data if len(data) == length else data[:length]
         if self.fd is not None:
             data = os.pread(self.fd, length, offset)
         else:
