@@ -10,6 +10,7 @@ stand-ins of tests/fixtures/torchabi); flash-attn-4 4.0.0b36 with only ``flash_a
 versions have (facts.md §3.3 #5, §4.4).
 """
 
+import os
 from pathlib import Path
 
 from gpudoctor.gpu_table import override_snapshot, parse_spec
@@ -154,10 +155,12 @@ def vllm(site: SitePackages, version: str = "0.20.0", requires=("torch==2.7.1",)
 
 def collect(paths, environ=None, options=None):
     """The facts pystack collects in-process, for these path entries."""
+    environ = dict({"PATH": ""} if environ is None else environ)
+    if os.environ.get("GPUDOCTOR_CACHE_DIR"):  # the session's scan cache (conftest), never the user's ~/.cache
+        environ.setdefault("GPUDOCTOR_CACHE_DIR", os.environ["GPUDOCTOR_CACHE_DIR"])
     return pyenv.collect_plain([str(p) for p in paths], "stack", fatbin.scan,
                                [flash_attn.collect_plain, vllm_build.collect_plain],
-                               pystack.probe_options() if options is None else options,
-                               {"PATH": ""} if environ is None else environ)
+                               pystack.probe_options() if options is None else options, environ)
 
 
 def snapshot(paths, gpu: str = "sm_80", environ=None, options=None, **facts) -> Snapshot:

@@ -7,16 +7,22 @@ in-process probe when there is no interpreter to start or the child cannot answe
 
 from __future__ import annotations
 
+import os
 import site
 import sys
 
 from gpudoctor.probes import Context, fatbin, flash_attn, pyenv, pystack, vllm_build, vllm_kernels
 
 
+def _env():
+    """An environment that holds only the session's scan cache (conftest): never the user's ~/.cache."""
+    return {"GPUDOCTOR_CACHE_DIR": os.environ["GPUDOCTOR_CACHE_DIR"]}
+
+
 def _in_process():
     plain = pyenv.collect_plain(None, "stack", fatbin.scan,
                                 [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain],
-                                pystack.probe_options, {})
+                                pystack.probe_options, _env())
     return pystack._facts(plain, "")
 
 
@@ -24,7 +30,7 @@ def test_the_child_gives_what_the_in_process_probe_gives(monkeypatch):
     calls = []
     real = pystack.collect_other
     monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
-    child = pystack.collect(Context(environ={}))
+    child = pystack.collect(Context(environ=_env()))
     assert calls == [sys.executable]  # it did start a child of this interpreter
     here = _in_process()
     assert "python.requested" not in child  # not a --python run: the doctor's own environment
@@ -52,7 +58,7 @@ def test_the_child_gives_what_the_in_process_probe_gives(monkeypatch):
 def test_without_an_interpreter_to_start_it_reads_in_process(monkeypatch):
     monkeypatch.setattr(sys, "executable", "")
     monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no child")))
-    facts = pystack.collect(Context(environ={}))
+    facts = pystack.collect(Context(environ=_env()))
     assert facts["python.executable"].ok
 
 
@@ -61,7 +67,7 @@ def test_a_child_that_cannot_answer_falls_back_to_the_in_process_probe(monkeypat
     broken.write_text("#!/bin/sh\necho not json\n")
     broken.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(broken))
-    facts = pystack.collect(Context(environ={}))
+    facts = pystack.collect(Context(environ=_env()))
     assert facts["python.executable"].ok and "python.requested" not in facts
 
 
@@ -71,7 +77,7 @@ def test_a_child_out_of_time_is_a_timeout_not_a_second_try(monkeypatch, tmp_path
     slow.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(slow))
     monkeypatch.setattr(pyenv, "collect_plain", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read again")))
-    facts = pystack.collect(Context(environ={}, timeout=1))
+    facts = pystack.collect(Context(environ=_env(), timeout=1))
     assert facts["python.executable"].status == "timeout" and "did not answer" in facts["python.executable"].detail
     assert "python.requested" not in facts
 
@@ -94,4 +100,5 @@ def test_a_frozen_build_reads_in_process(monkeypatch):
     """A frozen gpudoctor's sys.executable is gpudoctor itself, not a Python to run the probe with."""
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no child")))
-    assert pystack.collect(Context(environ={}))["python.executable"].ok
+    assert pystack.collect(Context(environ=_env()))["python.executable"].ok
+
