@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
+from gpudoctor.exitcodes import FAIL_ON_CHOICES  # noqa: F401  (where the commands read it)
 from gpudoctor.rule import NOT_APPLICABLE, UNKNOWN, area_order, area_title
 
-FAIL_ON_CHOICES = ("error", "warning", "unknown")
 REASON_LIMIT = 160  # characters of one reason in the one-line summaries
 
 

@@ -134,40 +134,67 @@ def run(argv: Sequence[str], timeout: float = 5.0, env: Optional[Mapping[str, st
     ``stdin``: bytes handed to the child's standard input (written from a thread, so a child that
     does not read them cannot block us); without it the child's stdin is /dev/null.
     """
+    return start(argv, timeout, env, deadline, max_output, stdin).wait()
+
+
+class Started:
+    """A child started by ``start()``; ``wait()`` reads its output to the end (or its deadline)
+    and gives what ``run()`` gives. A child that could not be started carries its answer."""
+
+    def __init__(self, argv0: str, proc: Optional[subprocess.Popen] = None, until: float = 0.0, limit: float = 0.0,
+                 max_output: int = MAX_OUTPUT, answer: Optional[Completed] = None) -> None:
+        self.argv0, self.proc, self.until, self.limit, self.max_output = argv0, proc, until, limit, max_output
+        self.answer = answer
+
+    def wait(self) -> Completed:
+        if self.answer is not None:
+            return self.answer
+        proc = self.proc
+        assert proc is not None
+        try:
+            out, err, why = _collect(proc, self.until, self.max_output)
+        finally:
+            _finish(proc)
+        stdout = out.decode("utf-8", "replace")  # from the bytearrays: no bytes copy of a capped flood
+        stderr = err.decode("utf-8", "replace")
+        del out, err
+        argv0 = self.argv0
+        if why == "timeout":
+            self.answer = Completed("timeout", None, stdout, stderr, f"{argv0} did not answer within {_seconds(self.limit)} s")
+        elif why == "flood":
+            self.answer = Completed("error", None, stdout, stderr,
+                                    f"{argv0} printed more than {self.max_output >> 20 or 1} MiB; stopped it (not its normal output)")
+        elif proc.returncode != 0:
+            first = (stdout.strip() or stderr.strip()).splitlines()[:1]
+            detail = f"{argv0} exited {proc.returncode}" + (f": {first[0][:200]}" if first else "")
+            self.answer = Completed("error", proc.returncode, stdout, stderr, detail)
+        else:
+            self.answer = Completed("ok", 0, stdout, stderr)
+        return self.answer
+
+
+def start(argv: Sequence[str], timeout: float = 5.0, env: Optional[Mapping[str, str]] = None,
+          deadline: Optional[float] = None, max_output: int = MAX_OUTPUT, stdin: Optional[bytes] = None) -> Started:
+    """``run()``'s first half: the child is started (its time counts from now) and this returns at
+    once; ``.wait()`` is the second half. For a child worth starting before other work (pystack's)."""
     exe = shutil.which(argv[0], path=(env or os.environ).get("PATH")) if os.sep not in argv[0] else argv[0]
     if not exe:
-        return Completed("absent", detail=f"{argv[0]} not found on PATH")
+        return Started(argv[0], answer=Completed("absent", detail=f"{argv[0]} not found on PATH"))
     limit = remaining(deadline, timeout)
     if limit <= 0:
-        return Completed("timeout", detail=f"{argv[0]} was not run: no time left under the overall deadline")
+        return Started(argv[0], answer=Completed("timeout", detail=f"{argv[0]} was not run: no time left under the overall deadline"))
     child_env = dict(env if env is not None else os.environ)
     child_env["LC_ALL"] = "C"
     try:
         proc = subprocess.Popen([exe, *argv[1:]], stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env, start_new_session=True)
     except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte in argv or env
-        return Completed("error", detail=f"cannot run {argv[0]}: {getattr(exc, 'strerror', None) or exc}")
+        return Started(argv[0], answer=Completed("error", detail=f"cannot run {argv[0]}: {getattr(exc, 'strerror', None) or exc}"))
     with _LOCK:
         _ACTIVE.add(proc.pid)
     if stdin is not None:
         threading.Thread(target=_feed, args=(proc.stdin, stdin), name="runner-stdin", daemon=True).start()
-    try:
-        out, err, why = _collect(proc, time.monotonic() + limit, max_output)
-    finally:
-        _finish(proc)
-    stdout = out.decode("utf-8", "replace")  # from the bytearrays: no bytes copy of a capped flood
-    stderr = err.decode("utf-8", "replace")
-    del out, err
-    if why == "timeout":
-        return Completed("timeout", None, stdout, stderr, f"{argv[0]} did not answer within {_seconds(limit)} s")
-    if why == "flood":
-        return Completed("error", None, stdout, stderr,
-                         f"{argv[0]} printed more than {max_output >> 20 or 1} MiB; stopped it (not its normal output)")
-    if proc.returncode != 0:
-        first = (stdout.strip() or stderr.strip()).splitlines()[:1]
-        detail = f"{argv[0]} exited {proc.returncode}" + (f": {first[0][:200]}" if first else "")
-        return Completed("error", proc.returncode, stdout, stderr, detail)
-    return Completed("ok", 0, stdout, stderr)
+    return Started(argv[0], proc, time.monotonic() + limit, limit, max_output)
 
 
 def _collect(proc: subprocess.Popen, until: float, max_output: int):

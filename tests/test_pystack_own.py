@@ -102,3 +102,37 @@ def test_a_frozen_build_reads_in_process(monkeypatch):
     monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no child")))
     assert pystack.collect(Context(environ=_env()))["python.executable"].ok
 
+
+def test_the_child_is_started_before_the_other_probes_are_imported(monkeypatch):
+    """probes.Running calls pystack.launch in its own thread before it imports the other probes'
+    modules (pynvml, ctypes …, which hold the GIL while a cold disk loads them)."""
+    from gpudoctor import probes, runner
+
+    order = []
+    real = runner.start
+    monkeypatch.setattr(runner, "start", lambda *a, **k: order.append("child started") or real(*a, **k))
+
+    def other(ctx):
+        return {}
+    other.preload = lambda: order.append("other imported")  # type: ignore[attr-defined]
+    snapshot = probes.start(Context(environ=_env()), [("python", probes._lazy("pystack")), ("other", other)]).finish()
+    assert order == ["child started", "other imported"]
+    assert snapshot.facts["python.executable"].ok and "python.requested" not in snapshot.facts
+
+
+def test_a_launch_that_raises_leaves_the_work_to_the_probe_thread(monkeypatch):
+    from gpudoctor import probes
+
+    real = pystack.start_other
+    calls = []
+
+    def once(*a, **k):
+        calls.append(a[0])
+        if len(calls) == 1:
+            raise OSError("no temp dir")
+        return real(*a, **k)
+    monkeypatch.setattr(pystack, "start_other", once)
+    ctx = Context(environ=_env())
+    snapshot = probes.start(ctx, [("python", probes._lazy("pystack"))]).finish()
+    assert len(calls) == 2 and snapshot.facts["python.executable"].ok
+    assert any("launch raised" in line and "no temp dir" in line for line in ctx.debug)

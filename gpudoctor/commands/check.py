@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.commands.common import IO, add_probe_options, probe, replay, selected_rules, stream_is_unicode, use_color
-from gpudoctor.exitcodes import ExitCode
-from gpudoctor.gates import FAIL_ON_CHOICES
+from gpudoctor.exitcodes import FAIL_ON_CHOICES, ExitCode
 
 FORMATS = ("text", "json", "markdown", "junit", "github")
 
@@ -57,8 +56,6 @@ def render(result, args, io: IO) -> None:
 
 
 def run(args, io: IO) -> int:
-    from gpudoctor.engine import run_rules
-
     if getattr(args, "show_config", False):
         from gpudoctor.config import show
 
@@ -87,6 +84,8 @@ def run(args, io: IO) -> int:
         from gpudoctor.commands.smoke import add_smoke_facts
 
         add_smoke_facts(snapshot, args, io)
+    from gpudoctor.engine import run_rules  # here, not above: the probes start before it is imported
+
     result = run_rules(snapshot, rules)
     from gpudoctor.registry import pack_notes
 

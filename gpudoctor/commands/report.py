@@ -7,8 +7,7 @@ import os
 import time
 
 from gpudoctor.commands.common import IO, SnapshotFiles, UsageError, add_probe_options, load_snapshot, probe, write_private
-from gpudoctor.exitcodes import ExitCode
-from gpudoctor.gates import FAIL_ON_CHOICES
+from gpudoctor.exitcodes import FAIL_ON_CHOICES, ExitCode
 
 EPILOG = (
     "Output: Markdown on stdout, or -o FILE (written readable by you only). --bundle writes a .tar.gz "

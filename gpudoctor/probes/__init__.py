@@ -49,6 +49,8 @@ class Context:
     command: Any = None  # the launch command, a probes.launch.probe.Command (probes.launch)
     smoke: Any = None  # the server to check, a probes.smoke.session.Options (probes.smoke)
     progress: Optional[Callable[[str, str], None]] = None  # where the smoke check reports its steps
+    # What a probe began before its thread ran, by probe name (pystack.launch: its child interpreter).
+    started: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def live(self) -> bool:
@@ -69,8 +71,9 @@ class Context:
 # (fact prefix, module under gpudoctor/probes/); the snapshot lists them in this order.
 DEFAULT_PROBES = (("host", "host"), ("driver", "driver"), ("gpus", "gpus"), ("python", "pystack"), ("processes", "processes"),
                   ("cuda", "cuda"), ("deep", "deep"))
-# Started first: it waits on a child interpreter (--python) or on the disk (a cold kernel scan),
-# the longest wait of a check, so it should start before the other probes' imports take the GIL.
+# Started first: it waits on a child interpreter (the kernel scan of a cold disk, in --python's or
+# the doctor's own environment), the longest wait of a check, so its module's ``launch(ctx)``
+# starts that child before the other probes' imports take the GIL.
 FIRST = ("python",)
 
 
@@ -84,8 +87,14 @@ def _lazy(module: str) -> Probe:
     def preload():
         return importlib.import_module(f"gpudoctor.probes.{module}")
 
+    def launch(ctx: "Context") -> None:
+        begin = getattr(preload(), "launch", None)
+        if begin is not None:
+            begin(ctx)
+
     collect.__qualname__ = collect.__name__ = f"{module}.collect"
     collect.preload = preload  # type: ignore[attr-defined]
+    collect.launch = launch  # type: ignore[attr-defined]
     return collect
 
 
@@ -115,7 +124,22 @@ class Running:
                     preload()
             self._clock()  # imports are not part of any probe's time (nor of a library caller's timeout)
             for i in group:
+                if group is first:
+                    self._launch(*probes[i])
                 self.threads[i][1].start()
+
+    def _launch(self, name: str, probe: Probe) -> None:
+        """The probe's ``launch(ctx)``, here in the caller's thread (a failure: its thread does the work)."""
+        launch = getattr(probe, "launch", None)
+        if launch is None:
+            return
+        try:
+            launch(self.ctx)
+        except Exception:
+            import traceback
+
+            self.ctx.started.pop(name, None)
+            self.ctx.debug.append(f"probe {name}: launch raised:\n{traceback.format_exc()}")
 
     def _clock(self) -> None:
         self.started = time.monotonic()

@@ -18,7 +18,7 @@ import functools
 import json
 import os
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from gpudoctor import bounded, runner
 from gpudoctor.probes import coldstart, elf, fatbin, flash_attn, kernel_scan, pyenv, scancache, vllm_build, vllm_kernels
@@ -169,24 +169,49 @@ def probe_options() -> Dict[str, Any]:
     return advisories.probe_options()
 
 
-def collect(ctx) -> Dict[str, Fact]:
-    python = getattr(ctx, "python", None)
+def launch(ctx) -> None:
+    """Start the child interpreter now: ``probes.Running`` calls this in its own thread before it
+    imports the other probes' modules (pynvml, ctypes: ~0.1 s of a cold start that holds the GIL),
+    so the longest wait of a check begins first; ``collect`` then reads the child's answer."""
+    python, own = _interpreter(ctx)
     if python:
-        return collect_other(python, ctx.environ, ctx.timeout, _record_mode(ctx), getattr(ctx, "deadline", None))
-    # The doctor's own environment: read by the same stdlib probe in a child of this interpreter
-    # (what --python does), off this process's GIL, on another core, while the other probes and
-    # the rules run here. Measured on an H200 host, in the same run: warm check 0.303 -> 0.256 s
-    # and 48.7 -> 44.3 MB, cold (empty caches) 1.034 -> 0.878 s. In this process when there is no
-    # interpreter to start (embedded Python, a frozen build) or the child could not answer.
-    if sys.executable and os.path.isfile(sys.executable) and not getattr(sys, "frozen", False):  # frozen: it is gpudoctor
-        facts = collect_other(sys.executable, ctx.environ, ctx.timeout, _record_mode(ctx), getattr(ctx, "deadline", None),
-                              own=True)
-        if facts is not None:
-            return facts
+        ctx.started["python"] = start_other(python, ctx.environ, ctx.timeout, _record_mode(ctx),
+                                            getattr(ctx, "deadline", None), own)
+
+
+def collect(ctx) -> Dict[str, Fact]:
+    child = getattr(ctx, "started", {}).pop("python", None)  # launch()ed
+    if child is not None:
+        facts = child.answer()
+    else:
+        python, own = _interpreter(ctx)
+        if python and not own:
+            return collect_other(python, ctx.environ, ctx.timeout, _record_mode(ctx), getattr(ctx, "deadline", None))
+        facts = collect_other(python, ctx.environ, ctx.timeout, _record_mode(ctx), getattr(ctx, "deadline", None),
+                              own=True) if python else None
+    if facts is not None:
+        return facts
     plain = pyenv.collect_plain(None, _record_mode(ctx), fatbin.scan,
                                 [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain],
                                 probe_options, dict(ctx.environ))  # options: called only when vLLM is installed
     return _facts(plain, "")
+
+
+def _interpreter(ctx) -> Tuple[Optional[str], bool]:
+    """(the interpreter to run the probe in, whether it stands for this process), or (None, False):
+    read in this process.
+
+    The doctor's own environment is read by the same stdlib probe in a child of this interpreter
+    (what --python does), off this process's GIL, on another core, while the other probes and
+    the rules run here. Measured on an H200 host, in the same run: warm check 0.303 -> 0.256 s
+    and 48.7 -> 44.3 MB, cold (empty caches) 1.034 -> 0.878 s. In this process when there is no
+    interpreter to start (embedded Python, a frozen build) or the child could not answer."""
+    python = getattr(ctx, "python", None)
+    if python:
+        return python, False
+    if sys.executable and os.path.isfile(sys.executable) and not getattr(sys, "frozen", False):  # frozen: it is gpudoctor
+        return sys.executable, True
+    return None, False
 
 
 def _record_mode(ctx) -> str:
@@ -200,13 +225,20 @@ def collect_other(python: str, environ, timeout: float, record: str = "stack", d
     ``own``: ``python`` is this interpreter, standing in for the in-process probe: facts as that
     one gives them (no --python source, no python.requested); None if the child failed otherwise
     than by running out of time (the caller then reads in its own process)."""
+    return start_other(python, environ, timeout, record, deadline, own).answer()
+
+
+def start_other(python: str, environ, timeout: float, record: str = "stack", deadline: Optional[float] = None,
+                own: bool = False) -> "_Child":
+    """``collect_other``'s first half: the child is started and this returns at once."""
     limit = min(max(timeout * CHILD_SHARE, 0.5), CHILD_MAX_S)
     program = bootstrap(environ)
     seed_code(environ)  # used by a child of this Python version (the key has its cache tag), ignored by others
     args = [environ.get("PYTHONPATH", ""), record, json.dumps(probe_options())]
+    script = None
     if len(program) < ARG_MAX:
-        done = runner.run([python, "-I", "-c", program] + args, timeout=limit, env=environ, deadline=deadline,
-                          max_output=MAX_CHILD_OUTPUT)
+        started = runner.start([python, "-I", "-c", program] + args, timeout=limit, env=environ, deadline=deadline,
+                               max_output=MAX_CHILD_OUTPUT)
     else:  # too long for one argv string (Linux MAX_ARG_STRLEN is 128 KiB): a private temp file
         import tempfile
 
@@ -214,45 +246,62 @@ def collect_other(python: str, environ, timeout: float, record: str = "stack", d
         try:
             with os.fdopen(fd, "w", encoding="ascii") as handle:
                 handle.write(program)
-            done = runner.run([python, "-I", script] + args, timeout=limit, env=environ, deadline=deadline,
-                              max_output=MAX_CHILD_OUTPUT)
-        finally:
+            started = runner.start([python, "-I", script] + args, timeout=limit, env=environ, deadline=deadline,
+                                   max_output=MAX_CHILD_OUTPUT)
+        except BaseException:
             os.unlink(script)
-    source = "" if own else f"--python {python}"
-    if own and done.status == "timeout":  # no time left to read it here instead
-        facts = _failed(python, TIMEOUT, f"the Python probe (a child of {python}) did not answer: {done.detail}", source)
-        del facts["python.requested"]
-        return facts
-    if own and done.status != "ok":
-        return None
-    if done.status == "ok":
-        from gpudoctor.snapshot import MAX_FACTS
+            raise
+    return _Child(python, started, script, own, limit)
 
-        # Counted before parsing: a child printing 300,000 tiny facts would cost hundreds of MB once parsed.
-        too_many = done.stdout.count('"status"') > 2 * MAX_FACTS
-        data = None if too_many else bounded.loads_or_none(done.stdout, MAX_CHILD_OUTPUT)
-        if isinstance(data, dict) and isinstance(data.get("facts"), dict):
-            facts = _facts(data["facts"], source)
-            if not own:
-                facts.setdefault("python.requested", Fact(python, "ok", source))
+
+class _Child:
+    """The probe's child interpreter, started; ``answer()`` waits for it and reads its facts."""
+
+    def __init__(self, python: str, started: runner.Started, script: Optional[str], own: bool, limit: float) -> None:
+        self.python, self.started, self.script, self.own, self.limit = python, started, script, own, limit
+
+    def answer(self) -> Any:
+        try:
+            done = self.started.wait()
+        finally:
+            if self.script:
+                os.unlink(self.script)
+        python, own, limit = self.python, self.own, self.limit
+        source = "" if own else f"--python {python}"
+        if own and done.status == "timeout":  # no time left to read it here instead
+            facts = _failed(python, TIMEOUT, f"the Python probe (a child of {python}) did not answer: {done.detail}", source)
+            del facts["python.requested"]
             return facts
-        if own:
+        if own and done.status != "ok":
             return None
-        if isinstance(data, dict) and data.get("error"):
-            reason = data["error"]
-        elif not done.stdout.strip():
-            reason = "it printed nothing (is it a Python interpreter?)"
-        else:
-            reason = f"unexpected output: {done.stdout.strip()[:120]!r}"
-        return _failed(python, ERROR, f"the probe in {python} failed: {reason}", source)
-    if done.status == "timeout":
-        # The runner's own reason: the limit it really had (cut to the deadline), or "not run: no time left".
-        return _failed(python, TIMEOUT, done.detail or f"{python} did not answer within {limit:g} s", source)
-    if done.status == "absent":
-        return _failed(python, "absent", f"{python}: not found", source)
-    stderr_lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-    last = stderr_lines[-1] if stderr_lines else done.detail
-    return _failed(python, ERROR, f"{python} could not run the probe: {last.strip()[:200]}", source)
+        if done.status == "ok":
+            from gpudoctor.snapshot import MAX_FACTS
+
+            # Counted before parsing: a child printing 300,000 tiny facts would cost hundreds of MB once parsed.
+            too_many = done.stdout.count('"status"') > 2 * MAX_FACTS
+            data = None if too_many else bounded.loads_or_none(done.stdout, MAX_CHILD_OUTPUT)
+            if isinstance(data, dict) and isinstance(data.get("facts"), dict):
+                facts = _facts(data["facts"], source)
+                if not own:
+                    facts.setdefault("python.requested", Fact(python, "ok", source))
+                return facts
+            if own:
+                return None
+            if isinstance(data, dict) and data.get("error"):
+                reason = data["error"]
+            elif not done.stdout.strip():
+                reason = "it printed nothing (is it a Python interpreter?)"
+            else:
+                reason = f"unexpected output: {done.stdout.strip()[:120]!r}"
+            return _failed(python, ERROR, f"the probe in {python} failed: {reason}", source)
+        if done.status == "timeout":
+            # The runner's own reason: the limit it really had (cut to the deadline), or "not run: no time left".
+            return _failed(python, TIMEOUT, done.detail or f"{python} did not answer within {limit:g} s", source)
+        if done.status == "absent":
+            return _failed(python, "absent", f"{python}: not found", source)
+        stderr_lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        last = stderr_lines[-1] if stderr_lines else done.detail
+        return _failed(python, ERROR, f"{python} could not run the probe: {last.strip()[:200]}", source)
 
 
 def _failed(python: str, status: str, detail: str, source: str) -> Dict[str, Fact]:
