@@ -18,19 +18,23 @@ from typing import Dict, Mapping, Optional, Tuple
 from gpudoctor.snapshot import dist_key
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
-_OPS = r"==|!=|>=|<=|>|<"
+_OPS = r"~=|==|!=|>=|<=|>|<"
 _RELEASE = r"\d+(?:\.\d+)*"
-_SPEC = rf"(?:{_OPS})\s*{_RELEASE}(?:\.\*)?"
+_SUFFIX = r"(?:\.post\d+|(?:a|b|rc)\d+)"  # a post-release, or a pre-release (only as >=, below)
+_SPEC = rf"(?:{_OPS})\s*{_RELEASE}(?:{_SUFFIX}|\.\*)?"
 _SPECS = rf"{_SPEC}(?:\s*,\s*{_SPEC})*"
 _REQUIREMENT = re.compile(rf"^\s*({_NAME})\s*(?:\[\s*{_NAME}(?:\s*,\s*{_NAME})*\s*\])?\s*(?:({_SPECS})|\(\s*({_SPECS})\s*\))?\s*(?:;(.*))?$")
-_ONE_SPEC = re.compile(rf"({_OPS})\s*({_RELEASE})(\.\*)?")
+_ONE_SPEC = re.compile(rf"({_OPS})\s*({_RELEASE})(?:\.post(\d+)|(a|b|rc)\d+|(\.\*))?")
 _MARKER = re.compile(r"^\s*([a-z_]+)\s*(==|!=|>=|<=|>|<)\s*(?:\"([^\"]*)\"|'([^']*)')\s*$")
 # Compared as strings by every packaging release (a value that is not a version).
 _STRING_KEYS = ("platform_system", "sys_platform", "platform_machine", "os_name", "platform_python_implementation", "implementation_name")
 _PLAIN_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Compared as versions (packaging builds a Specifier from the operator and the value).
 _VERSION_KEYS = ("python_version", "python_full_version")
-_INSTALLED = re.compile(rf"^({_RELEASE})(?:\+[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*)?$")
+# An installed version: a final release, or its post-release (certifi 2026.10.19.post1), with a local label.
+_INSTALLED = re.compile(rf"^({_RELEASE})(?:\.post(\d+))?(?:\+[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*)?$")
+
+Installed = Tuple[Tuple[int, ...], int]  # (release, post number or -1): ordered as PEP 440 orders them
 
 
 def _release(text: str) -> Tuple[int, ...]:
@@ -44,37 +48,62 @@ def _strip(release: Tuple[int, ...]) -> Tuple[int, ...]:
     return release[:end]
 
 
-def _spec_holds(op: str, spec: str, wildcard: bool, version: Tuple[int, ...]) -> Optional[bool]:
-    """PEP 440 for a plain release ``version`` (its local label already ignored) against ``op spec``."""
+def _spec_holds(op: str, spec: str, wildcard: bool, version: Tuple[int, ...], post: int = -1,
+                spec_post: int = -1, spec_pre: bool = False) -> Optional[bool]:
+    """PEP 440 for an installed final or post-release (``version``, ``post``; its local label already
+    ignored) against ``op spec`` (``spec_post``: the spec's .postN; ``spec_pre``: it names a
+    pre-release). None where the answer is not this simple: packaging decides."""
     want = _release(spec)
     if wildcard:
         if op not in ("==", "!="):
             return None  # >=1.* is not valid PEP 440: packaging decides (it refuses it)
         padded = version + (0,) * max(0, len(want) - len(version))
-        equal = padded[:len(want)] == want
+        equal = padded[:len(want)] == want  # a prefix match looks at the release only (1.0.post1 is 1.0.*)
         return equal if op == "==" else not equal
     left, right = _strip(version), _strip(want)
-    return {"==": left == right, "!=": left != right, ">=": left >= right, "<=": left <= right,
-            ">": left > right, "<": left < right}[op]
+    if spec_pre:
+        # A final (or post-) release is above every pre-release of its own release: >=1.0rc1 holds
+        # from 1.0 on. The other operators have exceptions around pre- and post-releases.
+        return left >= right if op == ">=" else None
+    if op == "~=":
+        if len(want) < 2 or spec_post >= 0:
+            return None  # ~=1 is invalid, ~=1.0.post1 is rare: packaging decides
+        prefix = want[:-1]
+        padded = version + (0,) * max(0, len(prefix) - len(version))
+        return padded[:len(prefix)] == prefix and (left, post) >= (right, -1)
+    mine, theirs = (left, post), (right, spec_post)
+    if op == ">":
+        # Exclusive: >1.0 does not admit 1.0.post1 (a post-release of the version itself), >1.0.post1 admits 1.0.post2.
+        return left > right if spec_post < 0 else mine > theirs
+    return {"==": mine == theirs, "!=": mine != theirs, ">=": mine >= theirs, "<=": mine <= theirs, "<": mine < theirs}[op]
 
 
-def _specs_hold(specs: str, version: Tuple[int, ...]) -> Optional[bool]:
+def _specs_hold(specs: str, version: Tuple[int, ...], post: int = -1) -> Optional[bool]:
     for part in specs.split(","):
         match = _ONE_SPEC.fullmatch(part.strip())
         if match is None:
             return None
-        held = _spec_holds(match.group(1), match.group(2), bool(match.group(3)), version)
+        op, spec, spec_post, pre, wildcard = match.groups()
+        held = _spec_holds(op, spec, bool(wildcard), version, post, int(spec_post) if spec_post else -1, bool(pre))
         if held is not True:
             return held
     return True
 
 
 def _marker_holds(marker: str, env: Mapping[str, str]) -> Optional[bool]:
-    """``A and B and …`` of simple comparisons; None for anything else (or, parentheses, in …)."""
-    if "(" in marker or ")" in marker or re.search(r"\bor\b", marker):
+    """``A and B or C and D …`` of simple comparisons (``and`` binds tighter, as in PEP 508); None
+    for anything else (parentheses, ``in`` …) or where one comparison decides nothing."""
+    if "(" in marker or ")" in marker:
         return None
-    result = True
-    for clause in re.split(r"\band\b", marker):
+    answers = [_all_hold(part, env) for part in re.split(r"\bor\b", marker)]
+    if True in answers:
+        return True  # what the others would say cannot change it (an invalid marker: GD503 skips it too)
+    return None if None in answers else False
+
+
+def _all_hold(conjunction: str, env: Mapping[str, str]) -> Optional[bool]:
+    result: Optional[bool] = True
+    for clause in re.split(r"\band\b", conjunction):
         match = _MARKER.match(clause)
         if match is None:
             return None
@@ -120,4 +149,5 @@ def satisfied(text: str, installed: Mapping[str, Dict], marker_env: Mapping[str,
     found = _INSTALLED.match(version)
     if found is None:
         return None
-    return True if _specs_hold(specs, _release(found.group(1))) is True else None
+    post = int(found.group(2)) if found.group(2) else -1
+    return True if _specs_hold(specs, _release(found.group(1)), post) is True else None
