@@ -161,7 +161,9 @@ def _writer(directory, index, rounds):
     os.environ["GPUDOCTOR_CACHE_DIR"] = directory
     for n in range(rounds):
         cache = scancache.ScanCache(directory)
-        cache.put("test", f"/p/{index}/{n}", [n, n, n, n], {"status": "ok"})
+        path = os.path.join(os.path.dirname(directory), f"file-{index}-{n}")  # an entry of a file that exists
+        open(path, "w").close()
+        cache.put("test", path, [n, n, n, n], {"status": "ok"})
         cache.save()
 
 
@@ -446,3 +448,24 @@ def test_two_threads_asking_for_the_shared_cache_get_the_same_one(tmp_path, monk
         t.join()
     assert len(got) == 2 and got[0] is got[1] is scancache.shared()
     scancache.forget()
+
+
+def test_entries_of_files_that_are_gone_are_dropped_when_the_cache_is_written(tmp_path):
+    """An uninstalled package's files would otherwise stay in the environment's file until
+    MAX_ENTRIES (~8 MB), loaded by every later check."""
+    directory = str(tmp_path / "cache")
+    kept, gone = tmp_path / "kept.so", tmp_path / "gone.so"
+    kept.write_bytes(b"x")
+    gone.write_bytes(b"x")
+    first = scancache.ScanCache(directory)
+    for path in (kept, gone):
+        first.put("test", str(path), scancache.file_key(str(path)), {"status": "ok"})
+    assert first.save() == "saved 2 entries"
+    gone.unlink()
+    second = scancache.ScanCache(directory)
+    assert second.get("test", str(kept), scancache.file_key(str(kept))) == {"status": "ok"}
+    assert scancache.ScanCache(directory).save() == "unchanged"  # nothing new: not written, nothing checked
+    second.put("test", "/a/path/put/this/run", [1, 2, 3, 4], {"status": "ok"})  # put by this run: kept as it is
+    assert second.save() == "saved 2 entries"
+    entries = json.loads((tmp_path / "cache" / scancache.file_name()).read_text())["entries"]
+    assert sorted(name.partition("\0")[2] for name in entries) == sorted([str(kept), "/a/path/put/this/run"])

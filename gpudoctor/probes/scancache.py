@@ -15,7 +15,8 @@ Where: ``$GPUDOCTOR_CACHE_DIR``, else ``$XDG_CACHE_HOME/gpudoctor``, else
 per environment (``scan-v1-<crc32 of sys.prefix>.json``, ``file_name``): a run loads only the
 entries of the environment it inspects, not those of every venv ever checked (one shared file of
 20,000 entries cost ~0.7 s and 40 MB to load on every check). The ``MAX_SHARDS`` most recently
-written are kept; the single file of older versions (``scan-v1.json``) is removed.
+written are kept; the single file of older versions (``scan-v1.json``) is removed. When a file is
+written, the entries of paths that no longer exist are left out of it.
 
 Safety: the file is read with a size cap and ``O_NOFOLLOW``, must be owned by this user and
 carry our format name and version, and each entry is type-checked (the caller validates the
@@ -174,6 +175,10 @@ class ScanCache:
             # put entries meanwhile; those wait for the next save.
             changed, self.changed = self.changed, {}
             merged.update({k: v for k, v in changed.items() if k != "__rewrite__"})
+            # Entries of files that are gone (an uninstalled or upgraded package, a deleted checkout or
+            # venv) would otherwise stay until MAX_ENTRIES, loaded by every later run: one lstat each,
+            # only when the file is written anyway.
+            merged = {k: v for k, v in merged.items() if k in changed or os.path.lexists(k.partition("\0")[2])}
             if len(merged) > MAX_ENTRIES:  # keep the most recently used
                 keep = sorted(merged.items(), key=lambda kv: kv[1].get("used", 0), reverse=True)[:MAX_ENTRIES]
                 merged = dict(keep)
