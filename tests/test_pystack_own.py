@@ -136,3 +136,25 @@ def test_a_launch_that_raises_leaves_the_work_to_the_probe_thread(monkeypatch):
     snapshot = probes.start(ctx, [("python", probes._lazy("pystack"))]).finish()
     assert len(calls) == 2 and snapshot.facts["python.executable"].ok
     assert any("launch raised" in line and "no temp dir" in line for line in ctx.debug)
+
+
+def test_nvml_starts_before_the_other_probes_are_imported():
+    """gpus (NVML's initialisation, ~0.1 s on an H200 host) is the second wait to start: its thread
+    runs before the remaining probes' modules are imported."""
+    import threading
+
+    from gpudoctor import probes
+
+    running = threading.Event()
+
+    def gpus(ctx):
+        running.set()
+        return {}
+    gpus.preload = lambda: None  # type: ignore[attr-defined]
+
+    def other(ctx):
+        return {}
+    seen = []
+    other.preload = lambda: seen.append(running.wait(10))  # type: ignore[attr-defined]
+    probes.start(Context(environ=_env()), [("other", other), ("gpus", gpus)]).finish()
+    assert seen == [True]
