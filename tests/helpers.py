@@ -6,6 +6,7 @@ can use are in conftest.py. A helper used by two test files belongs here, not in
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -13,6 +14,12 @@ from gpudoctor import registry
 from gpudoctor.engine import run_rules
 from gpudoctor.rule import Outcome
 from gpudoctor.snapshot import Snapshot
+
+
+def private_env(**variables: str) -> Dict[str, str]:
+    """A small environment for a check (``variables``) that still holds the session's scan cache
+    (conftest): never the user's ~/.cache."""
+    return dict(variables, GPUDOCTOR_CACHE_DIR=os.environ["GPUDOCTOR_CACHE_DIR"])
 
 
 def outcome(snap: Snapshot, rule_id: str) -> Outcome:

@@ -17,6 +17,7 @@ from gpudoctor.render import headlines
 from gpudoctor.snapshot import Snapshot
 from flash_attn_trees import EXT_GOOD, EXT_OLD, fa2, fa4, torch_site, vllm
 from test_pystack_env import SitePackages, make_venv, venv_site
+from helpers import private_env
 from test_python_option_e2e import findings, gd, outcome
 
 CP = "cp%d%d" % sys.version_info[:2]
@@ -142,11 +143,11 @@ def test_the_child_gives_the_in_process_facts_with_or_without_the_collectors(tmp
     from gpudoctor.probes import flash_attn, pystack, vllm_build
 
     python = make_venv(tmp_path / "venv")
-    facts = pystack.collect_other(str(python), {"PATH": "/nonexistent"}, 60)
+    facts = pystack.collect_other(str(python), private_env(PATH="/nonexistent"), 60)
     for path, data in {**flash_attn.empty_facts(), **vllm_build.empty_facts()}.items():
         assert (facts[path].value, facts[path].status, facts[path].detail) == (data["value"], data["status"], data.get("detail", "")), path
     # A bare flash_attn directory (no distribution) is enough to run the collector: a namespace package.
     (venv_site(tmp_path / "venv") / "flash_attn" / "cute").mkdir(parents=True)
-    facts = pystack.collect_other(str(python), {"PATH": "/nonexistent"}, 60)
+    facts = pystack.collect_other(str(python), private_env(PATH="/nonexistent"), 60)
     namespace = facts["flash_attn.namespace"].value
     assert namespace["importable"] and namespace["kind"] == "namespace" and not namespace["ops"]

@@ -15,6 +15,7 @@ import os
 import time
 
 import pytest
+from helpers import private_env
 from smoke_servers import WireServer, refused_port
 
 from gpudoctor import registry
@@ -266,7 +267,7 @@ def test_check_smoke_does_not_wait_for_a_loading_server(wire):
     wire.loading_polls = -1
     out, err = io.StringIO(), io.StringIO()
     started = time.monotonic()
-    code = main(["check", "--select", "server", "--smoke", wire.url, "--format", "json"], environ={}, stdout=out, stderr=err)
+    code = main(["check", "--select", "server", "--smoke", wire.url, "--format", "json"], environ=private_env(), stdout=out, stderr=err)
     assert time.monotonic() - started < 10
     doc = json.loads(out.getvalue())
     assert code == 1 and "503 Loading model" in messages(doc, "GD801")
@@ -433,12 +434,12 @@ def test_usage_errors_exit_2(args, text):
 # --- check --smoke and the snapshot seam --------------------------------------------------
 def test_check_smoke_merges_server_facts_and_makes_server_rules_applicable(wire, tmp_path):
     out, err = io.StringIO(), io.StringIO()
-    code = main(["check", "--select", "server", "--format", "json"], environ={}, stdout=out, stderr=err)
+    code = main(["check", "--select", "server", "--format", "json"], environ=private_env(), stdout=out, stderr=err)
     doc = json.loads(out.getvalue())
     assert {o["status"] for o in doc["outcomes"]} == {"not_applicable"}, doc["outcomes"]
 
     out = io.StringIO()
-    code = main(["check", "--select", "server", "--smoke", wire.url, "--format", "json"], environ={}, stdout=out, stderr=err)
+    code = main(["check", "--select", "server", "--smoke", wire.url, "--format", "json"], environ=private_env(), stdout=out, stderr=err)
     doc = json.loads(out.getvalue())
     statuses = {o["id"]: o["status"] for o in doc["outcomes"]}
     assert statuses["GD801"] == statuses["GD803"] == statuses["GD805"] == statuses["GD807"] == "pass"
@@ -449,7 +450,7 @@ def test_check_smoke_merges_server_facts_and_makes_server_rules_applicable(wire,
     saved.write_text(json.dumps(doc["snapshot"]), encoding="utf-8")
     wire.stop()
     out = io.StringIO()
-    main(["check", "--select", "server", "--snapshot", str(saved), "--format", "json"], environ={}, stdout=out, stderr=err)
+    main(["check", "--select", "server", "--snapshot", str(saved), "--format", "json"], environ=private_env(), stdout=out, stderr=err)
     replayed = {o["id"]: o["status"] for o in json.loads(out.getvalue())["outcomes"]}
     assert replayed == statuses
 
