@@ -36,3 +36,12 @@ def _private_scan_cache(tmp_path_factory):
     """The persistent scan cache (gpudoctor/probes/scancache.py) goes to a session directory,
     not the user's ~/.cache: child processes (--python, CLI runs) inherit the variable."""
     os.environ["GPUDOCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("gpudoctor-scan-cache"))
+    return os.environ["GPUDOCTOR_CACHE_DIR"]
+
+
+@pytest.fixture(autouse=True)
+def _scan_cache_kept(_private_scan_cache):
+    """A test that removes or replaces the session's cache variable (instead of monkeypatch.setenv,
+    which puts it back) fails here: every later test of its worker would write to ~/.cache."""
+    yield
+    assert os.environ.get("GPUDOCTOR_CACHE_DIR") == _private_scan_cache, "GPUDOCTOR_CACHE_DIR was not restored"

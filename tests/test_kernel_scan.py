@@ -88,15 +88,12 @@ def test_sm80_with_ptx90_passes_on_sm100_by_jit_and_compressed_code_is_read(unkn
     assert gd201["status"] == "pass"  # sm_86 cubin, sm_80 cubins run on 8.6
 
 
-def test_a_warm_run_takes_every_scan_from_the_cache(unknown_venv, tmp_path):
+def test_a_warm_run_takes_every_scan_from_the_cache(unknown_venv, tmp_path, monkeypatch):
     python, _ = unknown_venv
-    env_dir = tmp_path / "warm-cache"
-    os.environ["GPUDOCTOR_CACHE_DIR"] = str(env_dir)
-    try:
-        _, cold, _ = check(python, "sm_90")
-        _, warm, _ = check(python, "sm_90")
-    finally:
-        os.environ.pop("GPUDOCTOR_CACHE_DIR")
+    # monkeypatch puts the session's value back (conftest): every later test of this worker keeps its private cache.
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "warm-cache"))
+    _, cold, _ = check(python, "sm_90")
+    _, warm, _ = check(python, "sm_90")
     cold_stats = cold["snapshot"]["facts"]["kernels.scan"]["value"]
     warm_stats = warm["snapshot"]["facts"]["kernels.scan"]["value"]
     assert cold_stats["read"] == cold_stats["shared_objects"] >= 4 and cold_stats["cached"] == 0
