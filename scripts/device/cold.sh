@@ -3,7 +3,8 @@
 # and page cache dropped (root) before every run: each probe's time, the kernel scan's own numbers
 # (phases, prefetch), a cProfile and -X importtime; then issue 13's must-show numbers.
 # (The prefetch's A/B, device run 9 of this session: cold check 0.893 s with it, 1.414 s without.)
-# Writes $OUT/cold/: runs.jsonl (one line per run), summary.txt, cprofile.txt, importtime.txt.
+# Writes $OUT/cold/: runs.jsonl (one line per run), summary.txt, timeline.jsonl (the child's steps),
+# cprofile.txt, importtime.txt.
 set -u
 export LC_ALL=C.UTF-8 NO_COLOR=1 PYTHONUNBUFFERED=1
 dir="$OUT/cold"; mkdir -p "$dir"
@@ -36,6 +37,13 @@ for mode in on on on; do
   rm -rf "$GPUDOCTOR_CACHE_DIR"; d=$(drop)
   timeout 60 python3 "$W/run.py" "$mode" "$d" >>"$dir/runs.jsonl" 2>>"$dir/errors.txt"
 done
+# Where the python probe's child spends a cold check (scripts/device/child_timeline.py: the
+# child's steps stamped on one clock), twice cold and once warm.
+for i in 1 2; do
+  rm -rf "$GPUDOCTOR_CACHE_DIR"; drop >/dev/null
+  timeout 60 python3 "$R/scripts/device/child_timeline.py" >>"$dir/timeline.jsonl" 2>>"$dir/errors.txt"
+done
+timeout 60 python3 "$R/scripts/device/child_timeline.py" >>"$dir/timeline.jsonl" 2>>"$dir/errors.txt"
 rm -rf "$GPUDOCTOR_CACHE_DIR"; drop >/dev/null
 timeout 60 python3 -m cProfile -s cumtime -m gpudoctor check 2>&1 | head -150 >"$dir/cprofile.txt"
 rm -rf "$GPUDOCTOR_CACHE_DIR"; drop >/dev/null
@@ -89,5 +97,6 @@ for path in sys.argv[1:]:
     print(f"must-show {d['label']:6s} warm {d['warm_wall_median_s']:.3f} s {d['warm_rss_median_mb']:.1f} MB cpu {d['warm_cpu_median_s']:.3f} | "
           f"cold {d['cold_wall_median_s']:.3f} s {d['cold_wall_s']} cpu {d['cold_cpu_median_s']:.3f} | within {d['within_targets']} rc {d['rc']}")
 PY
+{ echo "child timeline (cold, cold, warm):"; cat "$dir/timeline.jsonl"; } >>"$dir/summary.txt" 2>&1
 cat "$dir/summary.txt"
 cd "$R"; rm -rf "$W"

@@ -1,0 +1,97 @@
+"""Where the python probe's child spends a check: one `gpudoctor check` in this process, its child
+interpreter's steps stamped on stderr (wall clock, so the parent and the child share one clock).
+
+    python3 scripts/device/child_timeline.py [check arguments...]
+
+Prints one JSON line: seconds from this process's start to the child's spawn, its interpreter
+being up, its modules loaded, the distributions read, the RECORD checks, each extra collector,
+the main thread done, the kernel scan joined, the facts printed, the parent holding them, and
+the check done; plus the kernel scan's own phases. Measurement only: the child runs the probe
+sources with a few lines added (compiled here and seeded as pystack.seed_code seeds the real
+ones, so the child compiles nothing it would not compile anyway).
+"""
+
+import io
+import json
+import os
+import sys
+import time
+import zlib
+
+T0 = time.time()
+
+from gpudoctor import runner  # noqa: E402
+from gpudoctor.probes import pyenv, pystack, scancache  # noqa: E402
+
+STAMP = 'sys.stderr.write("T %s %.6f\\n" % ({what}, __import__("time").time()))\n'
+
+
+def _stamped(line: str, what: str, indent: str) -> str:
+    return indent + STAMP.format(what=what) + line
+
+
+def _patch_pyenv(source: str) -> str:
+    marks = [
+        ('    try:\n        out: Dict[str, Any] = {"facts": collect_plain(', '"main"', "    "),
+        ('    sys.stdout.write(json.dumps(out, default=str))', '"collected"', "    "),
+        ('    scan = _KernelScan(paths, first, editable, scanner, environ)', '"dists-done"', "    "),
+        ('    facts["packages.stack"] = fact(stack', '"records-checked"', "    "),
+        ('                facts.update(extra(ctx))', '"extra-start-" + getattr(extra, "__module__", "?")', "                "),
+        ('    facts.update(scan.result())', '"main-thread-done"', "    "),
+        ('    binaries = facts["kernels.binaries"].get("value") or []', '"scan-joined"', "    "),
+    ]
+    for anchor, what, indent in marks:
+        assert anchor in source, anchor
+        source = source.replace(anchor, _stamped(anchor, what, indent), 1)
+    return source
+
+
+def main(argv):
+    real_source = pystack._source
+    pystack._source = lambda module: _patch_pyenv(real_source(module)) if module is pyenv else real_source(module)
+    pystack._BOOTSTRAP = pystack._BOOTSTRAP.replace(
+        "_elf = _load(", 'sys.stderr.write("T child-up %.6f\\n" % __import__("time").time())\n_elf = _load(', 1).replace(
+        "sys.exit(_pyenv.main(", 'sys.stderr.write("T modules-loaded %.6f\\n" % __import__("time").time())\nsys.exit(_pyenv.main(', 1)
+    real_seed = pystack.seed_code
+
+    def seed(environ):  # the patched pyenv, compiled here under the key the child looks for
+        real_seed(environ)
+        where = scancache.cache_dir(environ)
+        source = pystack._source(pyenv)
+        key = "%s-%08x-%d-%s" % ("gpudoctor_pyenv", zlib.crc32(source.encode("utf-8")), len(source), sys.implementation.cache_tag)
+        from gpudoctor.probes import codecache
+
+        if where:
+            codecache.store(os.path.join(where, "probe-code", key + ".bin"), compile(source, "<gpudoctor gpudoctor_pyenv>", "exec"))
+    pystack.seed_code = seed
+    steps = {}
+    real_start, real_wait = runner.start, runner.Started.wait
+
+    def start(args, *a, **k):
+        if "-I" in args:
+            steps["spawn"] = time.time() - T0
+        return real_start(args, *a, **k)
+
+    def wait(self):
+        answer = real_wait(self)
+        if "-I" in getattr(self.proc, "args", []):
+            for line in answer.stderr.splitlines():
+                if line.startswith("T "):
+                    _, what, stamp = line.split()
+                    steps[what] = float(stamp) - T0
+            steps["parent-has-facts"] = time.time() - T0
+        return answer
+    runner.start, runner.Started.wait = start, wait
+    from gpudoctor import cli
+
+    out = io.StringIO()
+    rc = cli.main(["check", "--format", "json"] + argv, stdout=out, stderr=io.StringIO())
+    steps["done"] = time.time() - T0
+    facts = json.loads(out.getvalue())["snapshot"]["facts"]
+    scan = (facts.get("kernels.scan") or {}).get("value") or {}
+    print(json.dumps({"rc": rc, "steps_s": {k: round(v, 4) for k, v in sorted(steps.items(), key=lambda kv: kv[1])},
+                      "scan_phases_s": scan.get("phases_s"), "prefetch": scan.get("prefetch")}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
