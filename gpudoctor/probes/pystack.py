@@ -28,7 +28,7 @@ from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 CHILD_SHARE = 0.8
 CHILD_MAX_S = 60.0
 MAX_CHILD_OUTPUT = 8 << 20  # the facts of a venv with ~100 dists are ~100 KiB of JSON; 2,000 dists ~2 MiB
-ARG_MAX = 120_000  # bytes of program passed with -c; longer goes through a temp file
+ARG_MAX = 120_000  # bytes of program passed with -c; a longer one goes to the child's standard input
 
 # ascii() keeps the argument pure ASCII: under LC_ALL=C an old Python decodes argv as ASCII.
 _BOOTSTRAP = """\
@@ -235,37 +235,24 @@ def start_other(python: str, environ, timeout: float, record: str = "stack", dea
     program = bootstrap(environ)
     seed_code(environ)  # used by a child of this Python version (the key has its cache tag), ignored by others
     args = [environ.get("PYTHONPATH", ""), record, json.dumps(probe_options())]
-    script = None
     if len(program) < ARG_MAX:
         started = runner.start([python, "-I", "-c", program] + args, timeout=limit, env=environ, deadline=deadline,
                                max_output=MAX_CHILD_OUTPUT)
-    else:  # too long for one argv string (Linux MAX_ARG_STRLEN is 128 KiB): a private temp file
-        import tempfile
-
-        fd, script = tempfile.mkstemp(prefix="gpudoctor-probe-", suffix=".py")
-        try:
-            with os.fdopen(fd, "w", encoding="ascii") as handle:
-                handle.write(program)
-            started = runner.start([python, "-I", script] + args, timeout=limit, env=environ, deadline=deadline,
-                                   max_output=MAX_CHILD_OUTPUT)
-        except BaseException:
-            os.unlink(script)
-            raise
-    return _Child(python, started, script, own, limit)
+    else:  # too long for one argv string (Linux MAX_ARG_STRLEN is 128 KiB): on its standard input,
+        # never through a file (a read-only or full /tmp, as in a locked-down container, must not cost the probe)
+        started = runner.start([python, "-I", "-"] + args, timeout=limit, env=environ, deadline=deadline,
+                               max_output=MAX_CHILD_OUTPUT, stdin=program.encode("ascii"))
+    return _Child(python, started, own, limit)
 
 
 class _Child:
     """The probe's child interpreter, started; ``answer()`` waits for it and reads its facts."""
 
-    def __init__(self, python: str, started: runner.Started, script: Optional[str], own: bool, limit: float) -> None:
-        self.python, self.started, self.script, self.own, self.limit = python, started, script, own, limit
+    def __init__(self, python: str, started: runner.Started, own: bool, limit: float) -> None:
+        self.python, self.started, self.own, self.limit = python, started, own, limit
 
     def answer(self) -> Any:
-        try:
-            done = self.started.wait()
-        finally:
-            if self.script:
-                os.unlink(self.script)
+        done = self.started.wait()
         python, own, limit = self.python, self.own, self.limit
         source = "" if own else f"--python {python}"
         if own and done.status == "timeout":  # no time left to read it here instead
