@@ -21,6 +21,7 @@ from gpudoctor.engine import run_rules
 from gpudoctor.render import matrix
 from gpudoctor.rule import NOT_APPLICABLE
 from gpudoctor.snapshot import Snapshot, ok
+from helpers import private_env
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOTS = REPO / "tests" / "fixtures" / "snapshots"
@@ -52,7 +53,7 @@ def dists(**versions):
 
 def gd(*argv, environ=None):
     out, err = io.StringIO(), io.StringIO()
-    env = {"NO_COLOR": "1"}
+    env = private_env(NO_COLOR="1")  # the session's scan cache: a node's probe never writes to ~/.cache
     env.update(environ or {})
     code = main(list(argv), environ=env, stdout=out, stderr=err)
     assert "Traceback" not in out.getvalue() + err.getvalue()

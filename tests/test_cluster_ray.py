@@ -31,6 +31,7 @@ ray = pytest.importorskip("ray", reason="Ray is a test dependency: pip install -
 psutil = pytest.importorskip("psutil")
 
 from gpudoctor.cli import main  # noqa: E402
+from helpers import private_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 LIMIT_S = 600  # whole module, cluster start and stop included: only a hang gets near it
@@ -82,7 +83,7 @@ def name_of(doc, node):
 
 def gd(*argv):
     out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), environ={"NO_COLOR": "1", "PATH": os.environ.get("PATH", "")}, stdout=out, stderr=err)
+    code = main(list(argv), environ=private_env(NO_COLOR="1", PATH=os.environ.get("PATH", "")), stdout=out, stderr=err)
     assert "Traceback" not in out.getvalue() + err.getvalue(), err.getvalue()
     return code, out.getvalue(), err.getvalue()
 

@@ -23,6 +23,7 @@ if sys.version_info < (3, 10):  # pragma: no cover - CI runs 3.10+
 from smoke_servers import LlamaServer, ServerUnavailable, smollm2_gguf  # noqa: E402
 
 from gpudoctor.cli import main  # noqa: E402
+from helpers import private_env  # noqa: E402
 
 KEY = "llama-key-7f3a9c2e51"
 # The deadline guards against hangs, not slowness: generous, so a busy 2-core box cannot fail
@@ -46,7 +47,7 @@ def speculative():
 
 def run(*argv, environ=None):
     out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), environ=dict(environ or {}), stdout=out, stderr=err)
+    code = main(list(argv), environ=private_env(**dict(environ or {})), stdout=out, stderr=err)
     return code, out.getvalue(), err.getvalue()
 
 
