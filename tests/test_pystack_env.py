@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -419,3 +420,26 @@ def test_a_program_too_long_for_argv_goes_to_the_childs_stdin_not_to_a_file(monk
     facts = pystack.collect_other(str(python), dict(os.environ, PYTHONPATH=""), timeout=60)
     assert facts["python.executable"].value == str(python) and facts["kernels.scan"].ok
     assert not (tmp_path / "no-such-dir").exists()
+
+
+def test_pth_files_give_the_path_a_normal_start_gives_without_running_their_imports(tmp_path):
+    """The child starts with -S and runs site.main() itself (pystack.SITE_FLAGS): the path lines of
+    the venv's .pth files are on the path, and so is what an "import" line adds to sys.path; a line
+    that only imports a module (numba-cuda's redirector, coverage's hook) is not run: here one that
+    would sleep 30 s and one that raises."""
+    python = make_venv(tmp_path / "venv")
+    site = venv_site(tmp_path / "venv")
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "added").mkdir()
+    (site / "a_path.pth").write_text(f"# a comment\n{tmp_path / 'extra'}\n{tmp_path / 'missing'}\n")
+    (site / "b_adds.pth").write_text(f"import sys; sys.path.append({str(tmp_path / 'added')!r})\n")
+    normal = json.loads(subprocess.run([str(python), "-I", "-c", "import sys, json; print(json.dumps(sys.path))"],
+                                       capture_output=True, text=True, timeout=60).stdout)
+    (site / "c_slow.pth").write_text("import time; time.sleep(30)\n")
+    (site / "d_broken.pth").write_text("import module_that_is_not_there\n")
+    started = time.monotonic()
+    facts = pystack.collect_other(str(python), dict(os.environ, PYTHONPATH=""), timeout=20)
+    assert time.monotonic() - started < 15, "a .pth import line was run"
+    assert facts["python.sys_path"].value == list(dict.fromkeys(p for p in normal if p))  # (site runs an import line once per visit of its directory)
+    assert str(tmp_path / "extra") in facts["python.sys_path"].value and str(tmp_path / "added") in facts["python.sys_path"].value
+    assert facts["kernels.scan"].ok

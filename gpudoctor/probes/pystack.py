@@ -30,12 +30,30 @@ CHILD_MAX_S = 60.0
 MAX_CHILD_OUTPUT = 8 << 20  # the facts of a venv with ~100 dists are ~100 KiB of JSON; 2,000 dists ~2 MiB
 ARG_MAX = 120_000  # bytes of program passed with -c; a longer one goes to the child's standard input
 
+# The child runs with -S, and the bootstrap then calls site.main() itself with the .pth files'
+# "import" lines not run: sys.path is the one a normal start gives (same on every
+# venv here), but the code a .pth imports at every start is skipped: numba-cuda's redirector on
+# the H200 host's torch venv made each start of that interpreter cost 50-60 ms instead of ~10, and
+# such a line can also fail or hang. A line that changes sys.path (or calls addsitedir) still runs,
+# in site's frame; a path added by a module a line imports is not seen.
+SITE_FLAGS = ["-I", "-S"]
 # ascii() keeps the argument pure ASCII: under LC_ALL=C an old Python decodes argv as ASCII.
 _BOOTSTRAP = """\
 import sys, types
 if sys.version_info < (3, 8):
     sys.stderr.write("gpudoctor's probe needs Python 3.8 or newer; this is Python %d.%d\\n" % sys.version_info[:2])
     sys.exit(3)
+if sys.flags.no_site:  # -S: the site directories are added here, as a normal start adds them (pystack.SITE_FLAGS)
+    import site
+    def _pth_line(code, *args):
+        if "sys.path" in code or "addsitedir" in code:  # it changes the path the probe reads: run it as site would
+            frame = sys._getframe(1)
+            exec(code, frame.f_globals, frame.f_locals)
+    site.exec = _pth_line
+    try:
+        site.main()
+    finally:
+        del site.exec
 _CODE_DIR = {code_dir}
 def _code(name, source):
     # Compiled modules are kept as marshal files in the user's cache dir (like __pycache__):
@@ -236,11 +254,11 @@ def start_other(python: str, environ, timeout: float, record: str = "stack", dea
     seed_code(environ)  # used by a child of this Python version (the key has its cache tag), ignored by others
     args = [environ.get("PYTHONPATH", ""), record, json.dumps(probe_options())]
     if len(program) < ARG_MAX:
-        started = runner.start([python, "-I", "-c", program] + args, timeout=limit, env=environ, deadline=deadline,
+        started = runner.start([python, *SITE_FLAGS, "-c", program] + args, timeout=limit, env=environ, deadline=deadline,
                                max_output=MAX_CHILD_OUTPUT)
     else:  # too long for one argv string (Linux MAX_ARG_STRLEN is 128 KiB): on its standard input,
         # never through a file (a read-only or full /tmp, as in a locked-down container, must not cost the probe)
-        started = runner.start([python, "-I", "-"] + args, timeout=limit, env=environ, deadline=deadline,
+        started = runner.start([python, *SITE_FLAGS, "-"] + args, timeout=limit, env=environ, deadline=deadline,
                                max_output=MAX_CHILD_OUTPUT, stdin=program.encode("ascii"))
     return _Child(python, started, own, limit)
 
