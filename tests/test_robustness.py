@@ -398,6 +398,21 @@ def test_ctrl_c_exits_130_without_traceback(tmp_path):
     assert b"Summary" not in out
 
 
+def test_an_interrupt_that_passed_through_exec_still_exits_130(tmp_path):
+    """Under ``python -m``, a KeyboardInterrupt that went through exec() of a string (dataclasses
+    build their methods so, while modules are imported) makes CPython end the process by SIGINT
+    after finalizing, even once handled; cli._exit_interrupted exits 130 instead."""
+    package = tmp_path / "interrupted_run"
+    package.mkdir()
+    (package / "__main__.py").write_text(
+        "from gpudoctor import cli\n"
+        "try:\n    exec('raise KeyboardInterrupt')\nexcept KeyboardInterrupt:\n    pass\n"
+        "cli._exit_interrupted(130)\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "interrupted_run"], cwd=str(tmp_path), capture_output=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 130, done.stderr
+
+
 def test_a_ctrl_c_lost_in_a_weakref_callback_still_ends_the_wait_for_the_probes():
     """Python raises KeyboardInterrupt where the main thread is; inside a weakref callback (import's
     module locks, while rules are imported) it is printed as "Exception ignored" and lost. The
