@@ -24,7 +24,6 @@ belongs to the JSON syntax) and idempotent: redacting twice gives the same text.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from dataclasses import dataclass, field
@@ -227,6 +226,8 @@ GENERIC_NAMES = frozenset(
 
 def short_hash(kind: str, value: str) -> str:
     """Stable 8-hex-digit tag for an identity: the same value always gives the same tag."""
+    import hashlib  # here: only --anonymize hashes, and importing it (OpenSSL) cost a cold check ~13 ms
+
     return hashlib.sha256(f"gpudoctor:{kind}:{value}".encode("utf-8", "replace")).hexdigest()[:8]
 
 
