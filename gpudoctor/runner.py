@@ -131,8 +131,9 @@ def run(argv: Sequence[str], timeout: float = 5.0, env: Optional[Mapping[str, st
         deadline: Optional[float] = None, max_output: int = MAX_OUTPUT, stdin: Optional[bytes] = None) -> Completed:
     """Run ``argv`` for at most ``timeout`` seconds (and never past ``deadline``, a monotonic time).
 
-    ``stdin``: bytes handed to the child's standard input (written from a thread, so a child that
-    does not read them cannot block us); without it the child's stdin is /dev/null.
+    ``stdin``: bytes handed to the child's standard input (written at once when they fit in its
+    pipe, else from a thread: a child that does not read them cannot block us); without it the
+    child's stdin is /dev/null.
     """
     return start(argv, timeout, env, deadline, max_output, stdin).wait()
 

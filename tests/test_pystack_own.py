@@ -7,22 +7,17 @@ in-process probe when there is no interpreter to start or the child cannot answe
 
 from __future__ import annotations
 
-import os
 import site
 import sys
 
 from gpudoctor.probes import Context, fatbin, flash_attn, pyenv, pystack, vllm_build, vllm_kernels
-
-
-def _env():
-    """An environment that holds only the session's scan cache (conftest): never the user's ~/.cache."""
-    return {"GPUDOCTOR_CACHE_DIR": os.environ["GPUDOCTOR_CACHE_DIR"]}
+from helpers import private_env
 
 
 def _in_process():
     plain = pyenv.collect_plain(None, "stack", fatbin.scan,
                                 [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain],
-                                pystack.probe_options, _env())
+                                pystack.probe_options, private_env())
     return pystack._facts(plain, "")
 
 
@@ -30,7 +25,7 @@ def test_the_child_gives_what_the_in_process_probe_gives(monkeypatch):
     calls = []
     real = pystack.collect_other
     monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
-    child = pystack.collect(Context(environ=_env()))
+    child = pystack.collect(Context(environ=private_env()))
     assert calls == [sys.executable]  # it did start a child of this interpreter
     here = _in_process()
     assert "python.requested" not in child  # not a --python run: the doctor's own environment
@@ -58,7 +53,7 @@ def test_the_child_gives_what_the_in_process_probe_gives(monkeypatch):
 def test_without_an_interpreter_to_start_it_reads_in_process(monkeypatch):
     monkeypatch.setattr(sys, "executable", "")
     monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no child")))
-    facts = pystack.collect(Context(environ=_env()))
+    facts = pystack.collect(Context(environ=private_env()))
     assert facts["python.executable"].ok
 
 
@@ -67,7 +62,7 @@ def test_a_child_that_cannot_answer_falls_back_to_the_in_process_probe(monkeypat
     broken.write_text("#!/bin/sh\necho not json\n")
     broken.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(broken))
-    facts = pystack.collect(Context(environ=_env()))
+    facts = pystack.collect(Context(environ=private_env()))
     assert facts["python.executable"].ok and "python.requested" not in facts
 
 
@@ -77,7 +72,7 @@ def test_a_child_out_of_time_is_a_timeout_not_a_second_try(monkeypatch, tmp_path
     slow.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(slow))
     monkeypatch.setattr(pyenv, "collect_plain", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read again")))
-    facts = pystack.collect(Context(environ=_env(), timeout=1))
+    facts = pystack.collect(Context(environ=private_env(), timeout=1))
     assert facts["python.executable"].status == "timeout" and "did not answer" in facts["python.executable"].detail
     assert "python.requested" not in facts
 
@@ -100,7 +95,7 @@ def test_a_frozen_build_reads_in_process(monkeypatch):
     """A frozen gpudoctor's sys.executable is gpudoctor itself, not a Python to run the probe with."""
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no child")))
-    assert pystack.collect(Context(environ=_env()))["python.executable"].ok
+    assert pystack.collect(Context(environ=private_env()))["python.executable"].ok
 
 
 def test_the_child_is_started_before_the_other_probes_are_imported(monkeypatch):
@@ -115,7 +110,7 @@ def test_the_child_is_started_before_the_other_probes_are_imported(monkeypatch):
     def other(ctx):
         return {}
     other.preload = lambda: order.append("other imported")  # type: ignore[attr-defined]
-    snapshot = probes.start(Context(environ=_env()), [("python", probes._lazy("pystack")), ("other", other)]).finish()
+    snapshot = probes.start(Context(environ=private_env()), [("python", probes._lazy("pystack")), ("other", other)]).finish()
     assert order == ["child started", "other imported"]
     assert snapshot.facts["python.executable"].ok and "python.requested" not in snapshot.facts
 
@@ -132,7 +127,7 @@ def test_a_launch_that_raises_leaves_the_work_to_the_probe_thread(monkeypatch):
             raise OSError("no temp dir")
         return real(*a, **k)
     monkeypatch.setattr(pystack, "start_other", once)
-    ctx = Context(environ=_env())
+    ctx = Context(environ=private_env())
     snapshot = probes.start(ctx, [("python", probes._lazy("pystack"))]).finish()
     assert len(calls) == 2 and snapshot.facts["python.executable"].ok
     assert any("launch raised" in line and "no temp dir" in line for line in ctx.debug)
@@ -156,5 +151,5 @@ def test_nvml_starts_before_the_other_probes_are_imported():
         return {}
     seen = []
     other.preload = lambda: seen.append(running.wait(10))  # type: ignore[attr-defined]
-    probes.start(Context(environ=_env()), [("other", other), ("gpus", gpus)]).finish()
+    probes.start(Context(environ=private_env()), [("other", other), ("gpus", gpus)]).finish()
     assert seen == [True]

@@ -96,7 +96,7 @@ def run(args, io: IO) -> int:
         from gpudoctor.commands.smoke import add_smoke_facts
 
         add_smoke_facts(snapshot, args, io)
-    from gpudoctor.engine import run_rules  # here, not above: the probes start before it is imported
+    from gpudoctor.engine import run_rules  # imported while probing (_load_while_probing); here for a replay
 
     result = run_rules(snapshot, rules)
     from gpudoctor.registry import pack_notes

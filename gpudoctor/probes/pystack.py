@@ -154,16 +154,12 @@ def seed_code(environ) -> None:
     where = scancache.cache_dir(environ)
     if not where:
         return
-    import zlib
-
     from gpudoctor.probes import codecache
 
     directory = os.path.join(where, "probe-code")
     for name, module in _BOOTSTRAPPED:
         try:
-            source = _source(module)
-            key = "%s-%08x-%d-%s" % (name, zlib.crc32(source.encode("utf-8")), len(source), sys.implementation.cache_tag)
-            path = os.path.join(directory, key + ".bin")
+            path = os.path.join(directory, code_key(name, _source(module)) + ".bin")
             if os.path.exists(path):
                 continue
             loader = getattr(module, "__loader__", None)
@@ -172,6 +168,14 @@ def seed_code(environ) -> None:
                 return  # not writable: the child compiles, as before
         except (OSError, ImportError, ValueError):
             return
+
+
+def code_key(name: str, source: str) -> str:
+    """The probe-code cache's name for a module's compiled code: the bootstrap's ``_code()`` looks
+    it up under the same key (the source's CRC-32 and length, the interpreter's cache tag)."""
+    import zlib
+
+    return "%s-%08x-%d-%s" % (name, zlib.crc32(source.encode("utf-8")), len(source), sys.implementation.cache_tag)
 
 
 def _gate(module) -> str:
@@ -199,15 +203,13 @@ def launch(ctx) -> None:
 
 def collect(ctx) -> Dict[str, Fact]:
     child = getattr(ctx, "started", {}).pop("python", None)  # launch()ed
+    python, own = _interpreter(ctx)
     if child is not None:
         facts = child.answer()
     else:
-        python, own = _interpreter(ctx)
-        if python and not own:
-            return collect_other(python, ctx.environ, ctx.timeout, _record_mode(ctx), getattr(ctx, "deadline", None))
         facts = collect_other(python, ctx.environ, ctx.timeout, _record_mode(ctx), getattr(ctx, "deadline", None),
-                              own=True) if python else None
-    if facts is not None:
+                              own) if python else None
+    if facts is not None:  # None: only a child standing for this process that could not answer
         return facts
     plain = pyenv.collect_plain(None, _record_mode(ctx), fatbin.scan,
                                 [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain],

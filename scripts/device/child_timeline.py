@@ -16,7 +16,6 @@ import json
 import os
 import sys
 import time
-import zlib
 
 T0 = time.time()
 
@@ -58,7 +57,7 @@ def main(argv):
         real_seed(environ)
         where = scancache.cache_dir(environ)
         source = pystack._source(pyenv)
-        key = "%s-%08x-%d-%s" % ("gpudoctor_pyenv", zlib.crc32(source.encode("utf-8")), len(source), sys.implementation.cache_tag)
+        key = pystack.code_key("gpudoctor_pyenv", source)
         from gpudoctor.probes import codecache
 
         if where:
