@@ -1,23 +1,23 @@
-"""A cold scan shared among forks (coldstart.start / scan_parallel, kernel_scan's early scan).
+"""A cold scan shared among forks (coldstart.start / scan_parallel, kernel_scan's early scan
+and RECORD parses; what a fork itself may do is tests/test_forks.py's).
 
-What must hold: the answers are ``fatbin.scan``'s for every kind of path, whichever process
-scanned a file; a fork that dies, raises or falls silent costs time, never an answer (its files
-are scanned in this process) and is reaped; a fork never returns into the caller's code and
-holds none of this process's descriptors (the doctor reads the probe's answer from a pipe: a
-fork holding it would keep the doctor waiting). Real nvcc output; the CPUs and the page cache's
-state are what the tests set, so that forks are made on any machine.
+What must hold: the answers are ``fatbin.scan``'s (and one process's RECORD parse) for every
+kind of path, whichever process made them; a share whose fork fails is done here; no fork is
+left behind, whether the caller finishes, aborts or raises. Real nvcc output; the CPUs and the
+page cache's state are what the tests set, so that forks are made on any machine.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
-from gpudoctor.probes import coldstart, fatbin, kernel_scan, pyenv
+from gpudoctor.probes import coldstart, fatbin, forks, kernel_scan, pyenv, scancache
 from test_coldstart import REAL, _many_containers
 from test_pystack_env import SM80_SM90_PTX90, SM86, SitePackages
 
@@ -47,6 +47,27 @@ def _paths(tmp_path: Path) -> List[str]:
 
 def _sizes(paths: List[str]) -> Dict[str, int]:
     return {p: os.path.getsize(p) if os.path.isfile(p) else 0 for p in paths}
+
+
+def _after(monkeypatch, name: str, see) -> None:
+    """forks.<name> as it is, with ``see`` shown each result (in this process)."""
+    real = getattr(forks, name)
+
+    def wrapped(*args):
+        result = real(*args)
+        see(result)
+        return result
+
+    monkeypatch.setattr(forks, name, wrapped)
+
+
+def _gone(pid: int) -> bool:
+    """Reaped: not even a zombie is left."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
 
 
 def _expected(paths: List[str]) -> Dict[str, dict]:
@@ -85,97 +106,103 @@ def test_one_cpu_or_few_files_means_no_fork(monkeypatch):
     assert coldstart.workers_for(100_000) == coldstart.WORKERS
 
 
-@pytest.mark.parametrize("failure", ["dies", "raises", "garbage", "silent"])
-def test_a_fork_that_fails_costs_time_never_an_answer(tmp_path, four_cpus, monkeypatch, failure):
+def test_a_share_whose_fork_fails_is_scanned_here(tmp_path, four_cpus, monkeypatch):
+    """One fork raises (probes/forks.py: it answers None, is reaped, never comes back): its
+    files are scanned in this process; the answers are the same."""
     paths = _paths(tmp_path)
     parent = os.getpid()
     real = coldstart.scan_many
-    marker = tmp_path / "returned"
-    forks: List[int] = []
-    real_spawn = coldstart.spawn
+    failing: List[List[str]] = []
+    real_split = coldstart.split
 
-    def spawn(work):
-        made = real_spawn(work)
-        if made is not None:
-            forks.append(made[0])
-        return made
+    def split(*args):
+        shares = real_split(*args)
+        failing.append(shares[1])  # the first fork's share (shares[0] is this process's)
+        return shares
+
+    monkeypatch.setattr(coldstart, "split", split)
 
     def scan_many(share, budget=coldstart.MAX_HINTS):
-        if os.getpid() != parent and share == first_forked[0]:
-            if failure == "dies":
-                os._exit(3)
-            if failure == "raises":
-                raise RuntimeError("a bug in the fork")
-            if failure == "garbage":
-                os.write(_write_end(), b"M" + b"\xff" * 40)
-                os._exit(0)
-            time.sleep(30)
+        if os.getpid() != parent and share == failing[0]:
+            raise RuntimeError("a bug in the fork")
         return real(share, budget)
 
-    def _write_end():  # the fork's only descriptor past the standard streams: its pipe
-        return max(int(n) for n in os.listdir("/proc/self/fd"))
-
-    first_forked: List[List[str]] = [[]]
-    real_shares = coldstart.split
-
-    def shares(*args):
-        made = real_shares(*args)
-        first_forked[0] = made[1]
-        return made
-
-    monkeypatch.setattr(coldstart, "split", shares)
-    monkeypatch.setattr(coldstart, "spawn", spawn)
     monkeypatch.setattr(coldstart, "scan_many", scan_many)
-    monkeypatch.setattr(coldstart, "FORK_SILENT_S", 0.5)
-    started = time.monotonic()
-    try:
-        out, stats = coldstart.scan_parallel(paths, _sizes(paths))
-    finally:
-        if os.getpid() != parent:  # a fork came back into this code, returning or raising
-            marker.write_text(str(os.getpid()))
-            os._exit(0)
-    assert not marker.exists()
-    assert time.monotonic() - started < 20
-    assert stats["workers"] == 3  # the failed fork's files were scanned here
+    out, stats = coldstart.scan_parallel(paths, _sizes(paths))
+    assert stats["workers"] == 3  # this process and the two forks that answered
     assert {p: out[p][0] for p in paths} == _expected(paths)
-    for pid in forks:  # every fork reaped: none left, not even a zombie
-        with pytest.raises(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
 
 
-def test_a_fork_holds_none_of_this_processes_descriptors(tmp_path, four_cpus, monkeypatch):
-    """What each fork had open while it scanned, sent back in its statistics."""
+def test_no_fork_at_all_is_the_plain_scan(tmp_path, four_cpus, monkeypatch):
     paths = _paths(tmp_path)
-    held = os.open(str(tmp_path / "held"), os.O_CREAT | os.O_RDWR)
-    parent = os.getpid()
-    real = coldstart.scan_many
+    monkeypatch.setattr(forks, "spawn", lambda work: None)
+    scanning = coldstart.start(paths, _sizes(paths))
+    out, stats = scanning.finish()
+    assert stats["workers"] == 1 and {p: out[p][0] for p in paths} == _expected(paths)
 
-    def scan_many(share, budget=coldstart.MAX_HINTS):
-        results, stats = real(share, budget)
-        if os.getpid() != parent:
-            stats["fds"] = sorted(int(n) for n in os.listdir("/proc/self/fd"))
-            stats["stdout"] = os.readlink("/proc/self/fd/1")
-        return results, stats
 
-    seen: List[dict] = []
-    real_collect = coldstart.collect
+def test_abort_leaves_no_fork(tmp_path, four_cpus, monkeypatch):
+    made: List = []
+    _after(monkeypatch, "spawn", made.append)
+    paths = _paths(tmp_path)
+    coldstart.start(paths, _sizes(paths)).abort()
+    assert len(made) == 4 and all(_gone(fork[0]) for fork in made)
 
-    def collect(fork):
-        got = real_collect(fork)
-        if got is not None:
-            seen.append(got[1])
-        return got
 
-    monkeypatch.setattr(coldstart, "scan_many", scan_many)
-    monkeypatch.setattr(coldstart, "collect", collect)
-    try:
-        coldstart.scan_parallel(paths, _sizes(paths))
-    finally:
-        os.close(held)
-    assert len(seen) == 3
-    for stats in seen:
-        assert stats["stdout"] == os.devnull
-        assert held not in stats["fds"] and len([fd for fd in stats["fds"] if fd > 2]) <= 2  # its pipe (and the listing)
+def test_stat_many_is_os_stat_with_threads_or_without(tmp_path, monkeypatch):
+    paths = [str(tmp_path / f"f{i}") for i in range(100)]
+    for path in paths[::2]:
+        Path(path).write_text("x")
+    expected = {p: (os.stat(p).st_ino if os.path.exists(p) else None) for p in paths + ["bad\0path"]}
+    got = coldstart.stat_many(paths + ["bad\0path"])
+    assert {p: (st.st_ino if st else None) for p, st in got.items()} == expected
+
+    def no_thread(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    got = coldstart.stat_many(paths)  # no thread could start: all made here
+    assert {p: (st.st_ino if st else None) for p, st in got.items()} == {p: expected[p] for p in paths}
+
+
+def test_a_first_runs_records_are_parsed_in_forks_as_here(tmp_path, four_cpus, monkeypatch):
+    """read_records in forks: the same parse as one process makes, a quoted row (a comma in its
+    path) included; a RECORD a fork could not parse is read here."""
+    site = SitePackages(tmp_path / "site")
+    for i in range(30):
+        site.dist(f"pkg{i}", "1.0", files={f"pkg{i}/__init__.py": "", f"pkg{i}/lib/_k{i}.so": SM86})
+    record = site.path / "pkg3-1.0.dist-info" / "RECORD"
+    record.write_text(record.read_text() + '"pkg3/odd,name.so",sha256=x,1\n')
+    first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
+    monkeypatch.setattr(kernel_scan, "RECORDS_PER_WORKER", 4)
+    made: List = []
+    _after(monkeypatch, "spawn", made.append)
+    cache = scancache.ScanCache(str(tmp_path / "cache"))
+    texts = kernel_scan.read_records(first, cache)
+    assert len(made) == 3 and all(_gone(fork[0]) for fork in made)
+    parsed = {r: v for r, v in texts.items() if isinstance(v, dict)}
+    assert len(parsed) > 10  # most came from forks, parsed
+    for path, value in texts.items():
+        data = Path(path).read_bytes()
+        assert (value if isinstance(value, dict) else kernel_scan.parse_record(value)) == kernel_scan.parse_record(data)
+    assert "pkg3/odd,name.so" in kernel_scan.parse_record(record.read_bytes())["so"]
+
+
+def test_the_early_scan_gives_up_its_forks_when_the_candidates_raise(tmp_path, four_cpus, monkeypatch):
+    site = SitePackages(tmp_path / "site")
+    site.dist("team-kernels", "0.3.1", files={f"tk/v{i}/_k{i}.so": SM86 for i in range(40)})
+    monkeypatch.setattr(coldstart, "page_cache_cold", lambda paths, sample=8: True)
+    made: List = []
+    _after(monkeypatch, "spawn", made.append)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug after the early start")
+
+    monkeypatch.setattr(kernel_scan, "not_in_record", broken)
+    first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
+    with pytest.raises(RuntimeError):
+        kernel_scan.collect([str(site.path)], first, {}, fatbin.scan, environ={"GPUDOCTOR_CACHE": "off"}, save=False)
+    assert len(made) == 4 and all(_gone(fork[0]) for fork in made)
 
 
 def test_the_early_scan_of_record_files_answers_as_the_plain_scan(tmp_path, four_cpus, monkeypatch):

@@ -26,8 +26,7 @@ record that points at no container, a table moved by patchelf) costs one page re
 wrong answer. ``read_many`` does the same for
 many small files (RECORDs, vLLM's sources).
 
-And in forks (``start``, ``scan_parallel``; ``spawn``/``collect`` for other work, such as
-kernel_scan's RECORD parses): a cold scan is CPU as well as disk (~19,000 headers parsed in
+And in forks (``start``, ``scan_parallel``; probes/forks.py says what a fork may do): a cold scan is CPU as well as disk (~19,000 headers parsed in
 Python on an H200 host) and the probe's process has one GIL, shared with the other probes'
 threads, so the files are shared by size among up to WORKERS processes, each walking its own
 waves (which also keeps more requests in flight). ``stat_many`` makes many stats at once in
@@ -54,6 +53,9 @@ if _fatbin is None:
 _elf = sys.modules.get("gpudoctor_elf")
 if _elf is None:
     from gpudoctor.probes import elf as _elf
+_forks = sys.modules.get("gpudoctor_forks")
+if _forks is None:
+    from gpudoctor.probes import forks as _forks
 
 BATCH = 256  # files opened at once for their ELF steps
 MAX_OPEN = 512  # CUDA binaries held open for their chains at once
@@ -62,7 +64,6 @@ MAX_HINTS = 200_000  # all files together
 MAX_WAVES = 4_096  # steps of one chain; a container with more entries is read cold past that
 WORKERS = 8  # processes that scan a cold start's files together (an H200 host, cold: 4 -> 8 cut the scan 0.36 -> 0.30-0.33 s)
 PER_WORKER = 64  # files per process at least: a smaller share is not worth a fork
-FORK_SILENT_S = 10.0  # a fork that sends nothing (not even a heartbeat) this long is killed, its files scanned here
 SCANNER = _fatbin.scan  # what scan_many answers for (kernel_scan uses it only for this scanner)
 CONTAINER = _fatbin.CONTAINER_BYTES
 ENTRY = _fatbin.ENTRY_BASE
@@ -137,8 +138,7 @@ def read_many(paths: List[str], limit: int) -> Iterator[Tuple[str, Union[bytes, 
                 except OSError:
                     pass
             for path, fd in opened:
-                if _beat is not None:
-                    _beat()
+                _forks.beat()
                 if isinstance(fd, OSError):
                     yield path, fd
                     continue
@@ -222,53 +222,63 @@ def scan_parallel(paths: List[str], sizes: Dict[str, int]) -> Tuple[Dict[str, Sc
 
 
 def start(paths: List[str], sizes: Dict[str, int], keep_one: bool = False) -> "Scanning":
-    """Start ``scan_many`` of ``paths`` in forks of this process, in shares of about the same
-    total size (the big CUDA libraries are the long ones); ``finish()`` collects them.
-    ``keep_one``: one share is this process's own, scanned in ``finish()``; otherwise every
-    share is a fork's and this process is free until then (kernel_scan finds the files no
-    RECORD lists meanwhile).
-
-    Why: a cold scan is CPU as much as disk (an H200 host: ~19,000 fatbin headers parsed in
-    Python), and this process has one GIL, shared with the other probes' threads. Each fork runs
-    only this module's and the fatbin reader's code (nothing it would import, no lock another
-    thread may hold), sends its answers back marshalled on a pipe and leaves with os._exit: never
-    back into the caller's code. A fork that cannot be made, dies, or falls silent (killed) costs
-    time, never an answer: its files are scanned in this process."""
+    """Start ``scan_many`` of ``paths`` in forks of this process (probes/forks.py), in shares of
+    about the same total size (the big CUDA libraries are the long ones); ``finish()`` collects
+    them, ``abort()`` gives up on them. ``keep_one``: one share is this process's own, scanned in
+    ``finish()``; otherwise every share is a fork's and this process is free until then
+    (kernel_scan finds the files no RECORD lists meanwhile). A fork that cannot be made, dies or
+    falls silent costs time, never an answer: its files are scanned in this process."""
     count = workers_for(len(paths))
     if count <= 1:
         return Scanning(list(paths), [], 1)
     shares = split(paths, sizes, count)
     own, forked = (shares[0], shares[1:]) if keep_one else ([], shares)
     budget = MAX_HINTS // count
-    return Scanning(own, [(share, spawn(lambda share=share: _scanned(share, budget))) for share in forked], count)
+    started: List[Tuple[List[str], Optional[Any]]] = []
+    try:
+        for share in forked:
+            started.append((share, _forks.spawn(lambda share=share: _scanned(share, budget))))
+    except BaseException:
+        _forks.kill([fork for _, fork in started])
+        raise
+    return Scanning(own, started, count)
 
 
 class Scanning:
     """Scans under way (``start``): the share this process keeps, and each fork's."""
 
-    def __init__(self, own: List[str], forks: List[Tuple[List[str], Optional[Tuple[int, int]]]], count: int) -> None:
+    def __init__(self, own: List[str], forks: List[Tuple[List[str], Optional[Any]]], count: int) -> None:
         self.own, self.forks, self.budget = own, forks, MAX_HINTS // max(1, count)
         self.paths = set(own).union(*(share for share, _ in forks))
 
     def finish(self) -> Tuple[Dict[str, Scanned], Dict[str, int]]:
-        """Every path's scan: this process's share now, then each fork's answer (or its files
-        scanned here: the fork failed). Reaps every fork; never raises for a fork's sake."""
-        scanned, stats = scan_many(self.own, self.budget)
-        out = _as_json(scanned)
-        workers = 1 if self.own else 0
-        for share, fork in self.forks:
-            answer = collect(fork) if fork is not None else None
-            if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], dict) and isinstance(answer[1], dict)):
+        """Every path's scan: this process's share now, then every fork's answer (or its files
+        scanned here: the fork failed). Every fork is reaped, whatever happens."""
+        forks, self.forks = self.forks, []
+        try:
+            scanned, stats = scan_many(self.own, self.budget)
+            out = _as_json(scanned)
+        except BaseException:
+            _forks.kill([fork for _, fork in forks])
+            raise
+        answers = _forks.collect([fork for _, fork in forks])  # reaps every fork, whatever happens
+        workers = answered = 0
+        for (share, _), answer in zip(forks, answers):
+            if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], dict) and isinstance(answer[1], dict):
+                answered += 1
+            else:
                 theirs, more = scan_many(share, self.budget)
                 answer = (_as_json(theirs), more)
-                workers += 0 if self.own else 1
-            else:
-                workers += 1
+                workers = 1  # this process scanned some
             out.update(answer[0])
-            stats = {"files": stats["files"] + answer[1]["files"], "hints": stats["hints"] + answer[1]["hints"],
-                     "waves": max(stats["waves"], answer[1]["waves"])}
-        self.forks = []
-        return out, dict(stats, workers=workers)
+            stats = {"files": stats["files"] + answer[1].get("files", 0), "hints": stats["hints"] + answer[1].get("hints", 0),
+                     "waves": max(stats["waves"], answer[1].get("waves", 0))}
+        return out, dict(stats, workers=answered + (1 if self.own else workers))
+
+    def abort(self) -> None:
+        """Every fork killed and reaped, its answer dropped."""
+        forks, self.forks = self.forks, []
+        _forks.kill([fork for _, fork in forks])
 
 
 def workers_for(files: int, per_worker: int = 0) -> int:
@@ -303,11 +313,16 @@ def stat_many(paths: List[str], threads: int = 8) -> Dict[str, Optional[os.stat_
         return out
     import threading
 
-    helpers = [threading.Thread(target=work, args=(paths[i::threads],), daemon=True) for i in range(1, threads)]
-    for helper in helpers:
-        helper.start()
+    running = []
+    for index in range(1, threads):
+        helper = threading.Thread(target=work, args=(paths[index::threads],), daemon=True)
+        try:
+            helper.start()
+            running.append(helper)
+        except RuntimeError:  # no more threads here: this one does that share too
+            work(paths[index::threads])
     work(paths[::threads])
-    for helper in helpers:
+    for helper in running:
         helper.join()
     return out
 
@@ -329,125 +344,9 @@ def _as_json(results: Dict[str, Tuple[Any, float]]) -> Dict[str, Scanned]:
     return {path: (scan.to_json(), getattr(scan, "bytes_read", 0), elapsed) for path, (scan, elapsed) in results.items()}
 
 
-# A fork's pipe carries HEARTBEAT bytes while it scans (at most one per BEAT_S), then ANSWER,
-# the payload's length (8 bytes) and the marshalled (scans, statistics).
-HEARTBEAT, ANSWER = b".", b"M"
-BEAT_S = 0.25
-_beat: Optional[Any] = None  # in a fork: called per file scanned, per wave, per file read (this module's loops)
-
-
 def _scanned(share: List[str], budget: int) -> Tuple[Dict[str, Scanned], Dict[str, int]]:
     scanned, stats = scan_many(share, budget)
     return _as_json(scanned), stats
-
-
-def spawn(work: Any) -> Optional[Tuple[int, int]]:
-    """(pid, read end of its pipe) of a fork that runs ``work()`` and sends back what it returns
-    (marshalled: plain data only), or None: no fork could be made. ``collect`` takes the answer.
-    ``work`` must import nothing that is not imported yet (another thread may hold the import
-    lock: the fork would wait for ever) and take no lock another thread may hold."""
-    import marshal  # before the fork
-
-    try:
-        read_end, write_end = os.pipe()
-    except OSError:
-        return None
-    warnings = sys.modules.get("warnings")  # not imported: C's default filters ignore the warning below
-    try:
-        if warnings is None:
-            pid = os.fork()
-        else:
-            with warnings.catch_warnings():  # 3.12+: "multi-threaded, fork() may deadlock": not in this code
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
-    except OSError:
-        os.close(read_end)
-        os.close(write_end)
-        return None
-    if pid == 0:  # the fork: work, answer, leave; whatever happens, never return
-        status = 1
-        try:
-            global _beat
-            _only(write_end)
-            last = [time.monotonic()]
-
-            def beat() -> None:
-                now = time.monotonic()
-                if now - last[0] >= BEAT_S:
-                    last[0] = now
-                    os.write(write_end, HEARTBEAT)
-
-            _beat = beat
-            payload = marshal.dumps(work())
-            data = memoryview(ANSWER + struct.pack("<Q", len(payload)) + payload)
-            while data:
-                data = data[os.write(write_end, data):]
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    return pid, read_end
-
-
-def _only(keep: int) -> None:
-    """In a fork: every inherited descriptor closed but ``keep`` (standard streams on /dev/null):
-    a fork must not hold the pipes the doctor reads this process's answer from, nor its siblings'."""
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        if fd != null:
-            os.dup2(null, fd)
-    try:
-        inherited = [int(name) for name in os.listdir("/proc/self/fd")]
-    except (OSError, ValueError):
-        inherited = list(range(3, 1024))
-    for fd in inherited:
-        if fd > 2 and fd != keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
-def collect(fork: Tuple[int, int]) -> Optional[Any]:
-    """What a fork (``spawn``) answered, or None: it failed, or sent nothing for FORK_SILENT_S
-    (killed). The fork is reaped either way."""
-    import marshal
-    import select
-
-    pid, fd = fork
-    data = bytearray()
-    complete = False
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        while poller.poll(FORK_SILENT_S * 1000):
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                complete = True
-                break
-            data += chunk
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    if not complete:
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
-    try:
-        _, status = os.waitpid(pid, 0)
-    except OSError:
-        return None
-    start = data.find(ANSWER)
-    if not complete or status != 0 or start < 0 or data[:start].strip(HEARTBEAT) or len(data) < start + 9:
-        return None
-    if len(data) != start + 9 + struct.unpack_from("<Q", data, start + 1)[0]:
-        return None
-    try:
-        return marshal.loads(bytes(data[start + 9:]))
-    except (EOFError, ValueError, TypeError):
-        return None
 
 
 def _run(paths: List[str], results: Optional[Dict[str, Tuple[Any, float]]], budget: int = MAX_HINTS) -> Dict[str, int]:
@@ -517,8 +416,7 @@ def _has_gpu_sections(elf: Any) -> bool:
 def _timed(results: Dict[str, Tuple[Any, float]], path: str, scan: Any) -> None:
     started = time.perf_counter()
     results[path] = (scan(), time.perf_counter() - started)
-    if _beat is not None:
-        _beat()
+    _forks.beat()
 
 
 def _elf_steps(readers: List[Any], hints: _Hints) -> List[Any]:
@@ -595,8 +493,7 @@ def _chain_steps(binaries: List[Tuple[Any, Any]], hints: _Hints) -> None:
     with_entry = CONTAINER + ENTRY
     while chains and hints.waves < MAX_WAVES and hints.left > 0:
         hints.waves += 1
-        if _beat is not None:
-            _beat()
+        _forks.beat()
         following: List[Step] = []
         for reader, offset, end, what in chains:
             memo = reader.memo

@@ -41,6 +41,9 @@ if _scancache is None:
 _coldstart = sys.modules.get("gpudoctor_coldstart")
 if _coldstart is None:
     from gpudoctor.probes import coldstart as _coldstart
+_forks = sys.modules.get("gpudoctor_forks")
+if _forks is None:
+    from gpudoctor.probes import forks as _forks
 
 SCAN_KIND = "fatbin-1"  # bump when FatbinScan.to_json changes meaning
 RECORD_KIND = "record-so-2"
@@ -131,6 +134,11 @@ def parse_record(data: bytes) -> Dict[str, Any]:
     return {"so": _record_paths(text), "tops": sorted(tops), "dirs": dirs}
 
 
+def _parse_records(records: List[str]) -> Dict[str, Dict[str, Any]]:
+    """In a fork (read_records): each RECORD read and parsed; one that cannot be read is left to the caller."""
+    return {record: parse_record(data) for record, data in _coldstart.read_many(records, MAX_RECORD_BYTES) if isinstance(data, bytes)}
+
+
 def _valid_parse(value: Any) -> bool:
     return (isinstance(value, dict) and isinstance(value.get("so"), list) and isinstance(value.get("tops"), list)
             and isinstance(value.get("dirs"), dict))
@@ -192,11 +200,15 @@ def read_records(dists: Dict[str, Dict[str, Any]], cache) -> Dict[str, Any]:
         import csv  # noqa: F401  (before the forks: a quoted row needs it, and a fork imports nothing)
 
         own, *shares = _coldstart.split(sorted(todo), todo, count, each=4096)
-        forks = [(share, _coldstart.spawn(lambda share=share: {r: parse_record(d) for r, d in _coldstart.read_many(share, MAX_RECORD_BYTES)
-                                                              if isinstance(d, bytes)})) for share in shares]
-        out.update(_coldstart.read_many(own, MAX_RECORD_BYTES))
-        for share, fork in forks:
-            parsed = _coldstart.collect(fork) if fork is not None else None
+        forks: List[Any] = []
+        try:
+            for share in shares:
+                forks.append(_forks.spawn(lambda share=share: _parse_records(share)))
+            out.update(_coldstart.read_many(own, MAX_RECORD_BYTES))
+        except BaseException:
+            _forks.kill(forks)
+            raise
+        for share, parsed in zip(shares, _forks.collect(forks)):
             if isinstance(parsed, dict):
                 out.update((record, parsed[record]) for record in share if _valid_parse(parsed.get(record)))
     rest = [record for record in todo if record not in out]
@@ -370,7 +382,10 @@ def candidates(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dic
                     found.extend({"path": p, "dist": key, "package": top, "owner": "top_level.txt"} for p in items)
     parsed_at = time.perf_counter()
     if listed is not None:
-        listed(list(found), cold)
+        try:
+            listed(list(found), cold)
+        except Exception:  # an early start is only a head start: the scan below does it all otherwise
+            pass
     found.extend(not_in_record(record_dirs, {item["path"] for item in found}, walk, cache, cold))
     if phases is not None:
         phases.update({"records_read": round(read_at - clock, 4), "records_parsed": round(parsed_at - read_at, 4),
@@ -475,7 +490,7 @@ def _scan_files(paths: List[str], sizes: Dict[str, int], scanner: Callable[[str]
             out.update(more)
             _add_prefetch(stats, dict(prefetched, elapsed_s=round(time.perf_counter() - started, 4)))
         except Exception as exc:  # never the scan's end: each file is scanned below instead
-            stats["prefetch"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+            stats.setdefault("prefetch", {})["error"] = f"{type(exc).__name__}: {exc}"[:200]
     for path in rest:
         if path in out:
             continue
@@ -559,14 +574,20 @@ class _EarlyScan:
         if self.scanning is None:
             return {}
         scanning, self.scanning = self.scanning, None
-        out, prefetched = scanning.finish()
+        try:
+            out, prefetched = scanning.finish()
+        except Exception as exc:  # never the scan's end: the caller scans every file instead
+            scanning.abort()
+            stats["prefetch"] = {"error": f"early scan: {type(exc).__name__}: {exc}"[:200]}
+            return {}
         _add_prefetch(stats, dict(prefetched, early=True, elapsed_s=round(time.perf_counter() - self.started, 4), **self.timing))
         return out
 
     def close(self) -> None:
-        """Collects a scan nobody asked for (the candidates raised): no fork outlives this."""
+        """Gives up on a scan nobody collected (the candidates raised): no fork outlives this."""
         if self.scanning is not None:
-            self.finish({})
+            scanning, self.scanning = self.scanning, None
+            scanning.abort()
 
 
 def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache, cold_start: Any = None,

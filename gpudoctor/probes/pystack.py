@@ -21,7 +21,7 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from gpudoctor import bounded, runner
-from gpudoctor.probes import coldstart, elf, fatbin, flash_attn, kernel_scan, pyenv, scancache, vllm_build, vllm_kernels
+from gpudoctor.probes import coldstart, elf, fatbin, flash_attn, forks, kernel_scan, pyenv, scancache, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
@@ -104,6 +104,7 @@ def _lazy(name, source, dists, dirs, empty):
     return collect
 _elf = _load("gpudoctor_elf", {elf})
 _fatbin = _load("gpudoctor_fatbin", {fatbin})
+_load("gpudoctor_forks", {forks})
 _load("gpudoctor_coldstart", {coldstart})
 _pyenv = _load("gpudoctor_pyenv", {pyenv})
 _scancache = _load("gpudoctor_scancache", {scancache})
@@ -126,12 +127,12 @@ def _source(module) -> str:
 
 
 def bootstrap(environ=None) -> str:
-    """The ``-c`` program: the stdlib probe modules (elf, fatbin, coldstart, pyenv, scancache, kernel_scan; flash_attn,
+    """The ``-c`` program: the stdlib probe modules (elf, fatbin, forks, coldstart, pyenv, scancache, kernel_scan; flash_attn,
     vllm_build and vllm_kernels when needed) as modules, then pyenv.main."""
     where = scancache.cache_dir(os.environ if environ is None else environ)
     code_dir = os.path.join(where, "probe-code") if where else ""
-    return _BOOTSTRAP.format(code_dir=ascii(code_dir),elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)),
-                             coldstart=ascii(_source(coldstart)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
+    return _BOOTSTRAP.format(code_dir=ascii(code_dir), elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)),
+                             forks=ascii(_source(forks)), coldstart=ascii(_source(coldstart)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
                              kernel_scan=ascii(_source(kernel_scan)),
                              flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)),
                              vllm_kernels=ascii(_source(vllm_kernels)),
@@ -139,7 +140,7 @@ def bootstrap(environ=None) -> str:
 
 
 # The modules of _BOOTSTRAP, by the names it loads them under.
-_BOOTSTRAPPED = (("gpudoctor_elf", elf), ("gpudoctor_fatbin", fatbin), ("gpudoctor_coldstart", coldstart),
+_BOOTSTRAPPED = (("gpudoctor_elf", elf), ("gpudoctor_fatbin", fatbin), ("gpudoctor_forks", forks), ("gpudoctor_coldstart", coldstart),
                  ("gpudoctor_pyenv", pyenv), ("gpudoctor_scancache", scancache), ("gpudoctor_kernel_scan", kernel_scan),
                  ("gpudoctor_flash_attn", flash_attn), ("gpudoctor_vllm_build", vllm_build), ("gpudoctor_vllm_kernels", vllm_kernels))
 

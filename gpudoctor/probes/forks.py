@@ -1,0 +1,208 @@
+"""Work in forks of this process, each answering once on a pipe (a cold start's scans and RECORD parses).
+
+Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside the
+interpreter named by ``--python`` (pystack's bootstrap loads it as ``gpudoctor_forks``).
+
+Why: a cold kernel scan is CPU as well as disk, and the probe's process has one GIL, shared with
+the other probes' threads. Forks work beside it, on other cores, with what the process already
+has in memory (the probe code, the file lists): no interpreter to start, nothing to import.
+
+Design constraints (a fork is a copy of a process whose other threads may be anywhere):
+- A fork runs ``work()`` only: probe code on data in memory and files it opens itself. It imports
+  nothing not imported yet (another thread may hold the import lock: it would wait for ever)
+  and takes no lock another thread may hold (it writes nothing but its pipe: no stdio buffer).
+- It holds none of this process's descriptors: each is made /dev/null, not closed, so that the
+  number stays taken (an inherited object that closes "its" descriptor closes /dev/null, never
+  a file the fork opened), and the cyclic GC is off (a collection would run inherited
+  finalizers). The doctor reads this process's answer from a pipe: a fork holding it would keep
+  the doctor waiting.
+- It never returns into the caller's code: whatever happens (an exception, a KeyboardInterrupt
+  from a signal), it leaves with ``os._exit``.
+- It answers once (ANSWER, the length, the marshalled value), with HEARTBEAT bytes before
+  while it works. ``collect`` waits for every fork at once: one that cannot be made, dies,
+  answers garbage, or sends nothing for SILENT_S is killed, reaped and answers None; the caller
+  does that work itself. Time, never a wrong answer; never a wait of SILENT_S per fork.
+"""
+
+import os
+import struct
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+HEARTBEAT, ANSWER = b".", b"M"
+BEAT_S = 0.25  # at most one heartbeat per this
+SILENT_S = 10.0  # a fork that sends nothing this long is killed (its work is done by the caller)
+REAP_S = 0.05  # after SIGKILL: how long to wait for a fork stuck in the kernel (a hung NFS read) to go
+
+Fork = Tuple[int, int]  # (pid, read end of its pipe)
+
+_beat_fd = -1  # in a fork: its pipe
+_last_beat = 0.0
+
+
+def beat() -> None:
+    """A sign of life, in a fork (at most one per BEAT_S); nothing elsewhere. Long loops call it."""
+    global _last_beat
+    if _beat_fd < 0:
+        return
+    now = time.monotonic()
+    if now - _last_beat >= BEAT_S:
+        _last_beat = now
+        try:
+            os.write(_beat_fd, HEARTBEAT)
+        except OSError:
+            pass
+
+
+def spawn(work: Callable[[], Any]) -> Optional[Fork]:
+    """A fork running ``work()`` (which must return plain data: marshal), or None: no fork could
+    be made (no fork() here, a limit on processes, an interpreter shutting down)."""
+    if not hasattr(os, "fork"):
+        return None
+    import gc  # before the fork: the fork imports nothing
+    import marshal
+
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        return None
+    parent = os.getpid()
+    status = 1
+    try:
+        pid = os.fork()
+        if pid == 0:
+            global _beat_fd, _last_beat
+            gc.disable()
+            _only(write_end)
+            _beat_fd, _last_beat = write_end, time.monotonic()
+            payload = marshal.dumps(work())
+            data = memoryview(ANSWER + struct.pack("<Q", len(payload)) + payload)
+            while data:
+                data = data[os.write(write_end, data):]
+            status = 0
+    except Exception:
+        if os.getpid() == parent:  # fork() itself failed: OSError, or RuntimeError at shutdown
+            os.close(read_end)
+            os.close(write_end)
+            return None
+    finally:
+        if os.getpid() != parent:  # the fork, even if a signal came before pid was set
+            os._exit(status)
+    os.close(write_end)
+    return pid, read_end
+
+
+def _only(keep: int) -> None:
+    """In a fork: every inherited descriptor but ``keep`` made /dev/null (see the header)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        inherited = [int(name) for name in os.listdir("/proc/self/fd")]
+    except (OSError, ValueError):  # no /proc: the numbers a process usually has, those open
+        inherited = [fd for fd in range(1024) if _is_open(fd)]
+    for fd in set(inherited) | {0, 1, 2}:
+        if fd not in (keep, null):
+            try:
+                os.dup2(null, fd)
+            except OSError:  # the listing's own descriptor, gone already
+                pass
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def collect(forks: List[Optional[Fork]]) -> List[Optional[Any]]:
+    """What each fork answered (None: it was not made, failed, or fell silent for SILENT_S and
+    was killed), in order. Every fork is reaped before this returns or raises."""
+    import select
+
+    answers: List[Optional[Any]] = [None] * len(forks)
+    live: Dict[int, Tuple[int, int]] = {fork[1]: (index, fork[0]) for index, fork in enumerate(forks) if fork is not None}
+    received: Dict[int, bytearray] = {fd: bytearray() for fd in live}
+    heard = dict.fromkeys(live, time.monotonic())
+    poller = select.poll()
+    try:
+        for fd in live:
+            poller.register(fd, select.POLLIN)
+        while live:
+            now = time.monotonic()
+            for fd in [fd for fd in live if now - heard[fd] >= SILENT_S]:
+                _end(live.pop(fd)[1], fd, poller)
+            if not live:
+                break
+            wait = max(0.0, min(heard[fd] for fd in live) + SILENT_S - now)
+            for fd, _ in poller.poll(wait * 1000):
+                if fd not in live:
+                    continue
+                try:
+                    chunk = os.read(fd, 1 << 20)
+                except OSError:
+                    chunk = b""
+                    received[fd] = bytearray()  # what came is not trusted
+                if chunk:
+                    received[fd] += chunk
+                    heard[fd] = time.monotonic()
+                    continue
+                index, pid = live.pop(fd)
+                _end(pid, fd, poller)
+                answers[index] = decode(received[fd])
+    finally:
+        for fd, (_, pid) in live.items():
+            _end(pid, fd, poller)
+    return answers
+
+
+def kill(forks: List[Optional[Fork]]) -> None:
+    """Every fork killed and reaped, its answer dropped (the caller gave up on it). Only for
+    forks not collected: a reaped fork's pid may be another process's by now."""
+    for fork in forks:
+        if fork is not None:
+            _end(fork[0], fork[1], None)
+
+
+def decode(data: bytes) -> Optional[Any]:
+    """The value of a whole answer (heartbeats, ANSWER, length, marshal), else None. A whole
+    answer is valid without the fork's exit status (with SIGCHLD ignored there is none)."""
+    import marshal
+
+    start = data.find(ANSWER)
+    if start < 0 or data[:start].strip(HEARTBEAT) or len(data) < start + 9:
+        return None
+    if len(data) != start + 9 + struct.unpack_from("<Q", data, start + 1)[0]:
+        return None
+    try:
+        return marshal.loads(bytes(data[start + 9:]))
+    except (EOFError, ValueError, TypeError):
+        return None
+
+
+def _end(pid: int, fd: int, poller: Any) -> None:
+    """Close the pipe, kill the fork (harmless once it exited) and reap it; a fork the kernel
+    keeps (stuck in a read) is left after REAP_S, never waited for."""
+    try:
+        if poller is not None:
+            poller.unregister(fd)
+    except (KeyError, ValueError):
+        pass
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 9)
+    except OSError:
+        pass
+    give_up = time.monotonic() + REAP_S
+    while True:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except OSError:  # reaped already, or SIGCHLD ignored
+            return
+        if time.monotonic() >= give_up:
+            return
+        time.sleep(0.001)
