@@ -27,6 +27,7 @@ def four_cpus(monkeypatch):
     """Forks on any machine: four CPUs, shares of 8 files at least."""
     monkeypatch.setattr(coldstart.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.setattr(coldstart, "PER_WORKER", 8)
+    monkeypatch.setattr(forks, "ENABLED", True)  # as in the probe's child
 
 
 def _paths(tmp_path: Path) -> List[str]:
@@ -98,7 +99,10 @@ def test_shares_are_even_by_size():
     assert sorted(map(sorted, shares)) == [["a", "c", "mid"], ["b", "big"]]  # 900 MB + 1 file, 900 MB + 2 files
 
 
-def test_one_cpu_or_few_files_means_no_fork(monkeypatch):
+def test_one_cpu_or_few_files_or_the_doctors_own_process_means_no_fork(monkeypatch):
+    monkeypatch.setattr(coldstart.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert coldstart.workers_for(100_000) == 1  # this is the doctor's process, not the probe's child
+    monkeypatch.setattr(forks, "ENABLED", True)
     monkeypatch.setattr(coldstart.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert coldstart.workers_for(10_000) == 1
     monkeypatch.setattr(coldstart.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)

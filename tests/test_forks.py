@@ -21,6 +21,17 @@ import pytest
 from gpudoctor.probes import forks
 
 
+@pytest.fixture(autouse=True)
+def enabled(monkeypatch):
+    """Forks outside the probe's child, as the child makes them (forks.ENABLED)."""
+    monkeypatch.setattr(forks, "ENABLED", True)
+
+
+def test_the_doctors_own_process_makes_no_fork(monkeypatch):
+    monkeypatch.setattr(forks, "ENABLED", False)
+    assert forks.spawn(lambda: 1) is None and not forks.available()
+
+
 def _gone(pid: int) -> bool:
     try:
         os.waitpid(pid, os.WNOHANG)

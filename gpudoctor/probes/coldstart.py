@@ -283,9 +283,9 @@ class Scanning:
 
 def workers_for(files: int, per_worker: int = 0) -> int:
     """Processes for work on ``files`` files (``per_worker`` of them each at least; default
-    PER_WORKER): one where forking is not how Linux does it, or where there are few files or
-    CPUs (a container's CPU set counts, not the host's)."""
-    if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
+    PER_WORKER): one where no fork may be made (forks.available: Linux, the probe's child), or
+    where there are few files or CPUs (a container's CPU set counts, not the host's)."""
+    if not _forks.available():
         return 1
     try:
         cpus = len(os.sched_getaffinity(0))

@@ -26,6 +26,7 @@ Design constraints (a fork is a copy of a process whose other threads may be any
 
 import os
 import struct
+import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -35,6 +36,12 @@ SILENT_S = 10.0  # a fork that sends nothing this long is killed (its work is do
 REAP_S = 0.05  # after SIGKILL: how long to wait for a fork stuck in the kernel (a hung NFS read) to go
 
 Fork = Tuple[int, int]  # (pid, read end of its pipe)
+
+# Forks are made only inside the probe's child (pystack's bootstrap loads this module under that
+# name): there every thread runs probe code. The doctor's own process also holds NVML, psutil
+# and the renderer's threads, so an in-process probe (where no interpreter can be started)
+# does its work without forks. Tests turn this on.
+ENABLED = __name__ == "gpudoctor_forks"
 
 _beat_fd = -1  # in a fork: its pipe
 _last_beat = 0.0
@@ -54,10 +61,15 @@ def beat() -> None:
             pass
 
 
+def available() -> bool:
+    """Whether ``spawn`` may make forks here (Linux, inside the probe's child)."""
+    return ENABLED and hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
 def spawn(work: Callable[[], Any]) -> Optional[Fork]:
     """A fork running ``work()`` (which must return plain data: marshal), or None: no fork could
-    be made (no fork() here, a limit on processes, an interpreter shutting down)."""
-    if not hasattr(os, "fork"):
+    be made (not ``available``, a limit on processes, an interpreter shutting down)."""
+    if not available():
         return None
     import gc  # before the fork: the fork imports nothing
     import marshal
