@@ -62,8 +62,17 @@ def beat() -> None:
 
 
 def available() -> bool:
-    """Whether ``spawn`` may make forks here (Linux, inside the probe's child)."""
-    return ENABLED and hasattr(os, "fork") and sys.platform.startswith("linux")
+    """Whether ``spawn`` may make forks here: Linux, inside the probe's child, and SIGCHLD not
+    ignored (then an exited fork is reaped by the kernel at once and its pid may be another
+    process's before this one kills or reaps it)."""
+    if not (ENABLED and hasattr(os, "fork") and sys.platform.startswith("linux")):
+        return False
+    import signal
+
+    try:
+        return signal.getsignal(signal.SIGCHLD) != signal.SIG_IGN
+    except (AttributeError, ValueError):
+        return False
 
 
 def spawn(work: Callable[[], Any]) -> Optional[Fork]:
@@ -79,7 +88,7 @@ def spawn(work: Callable[[], Any]) -> Optional[Fork]:
     except OSError:
         return None
     parent = os.getpid()
-    status = 1
+    status, pid = 1, -1
     try:
         pid = os.fork()
         if pid == 0:
@@ -92,10 +101,15 @@ def spawn(work: Callable[[], Any]) -> Optional[Fork]:
             while data:
                 data = data[os.write(write_end, data):]
             status = 0
-    except Exception:
-        if os.getpid() == parent:  # fork() itself failed: OSError, or RuntimeError at shutdown
-            os.close(read_end)
+    except BaseException as exc:
+        if os.getpid() == parent:  # fork() failed (OSError; RuntimeError at shutdown), or a signal came
             os.close(write_end)
+            if pid > 0:
+                _end([(pid, read_end)], None)
+            else:
+                os.close(read_end)
+            if not isinstance(exc, Exception):
+                raise
             return None
     finally:
         if os.getpid() != parent:  # the fork, even if a signal came before pid was set
@@ -142,8 +156,8 @@ def collect(forks: List[Optional[Fork]]) -> List[Optional[Any]]:
             poller.register(fd, select.POLLIN)
         while live:
             now = time.monotonic()
-            for fd in [fd for fd in live if now - heard[fd] >= SILENT_S]:
-                _end(live.pop(fd)[1], fd, poller)
+            silent = [fd for fd in live if now - heard[fd] >= SILENT_S]
+            _end([(live.pop(fd)[1], fd) for fd in silent], poller)
             if not live:
                 break
             wait = max(0.0, min(heard[fd] for fd in live) + SILENT_S - now)
@@ -159,26 +173,24 @@ def collect(forks: List[Optional[Fork]]) -> List[Optional[Any]]:
                     received[fd] += chunk
                     heard[fd] = time.monotonic()
                     continue
-                index, pid = live.pop(fd)
-                _end(pid, fd, poller)
+                index, pid = live[fd]
+                _end([(pid, fd)], poller)
+                del live[fd]
                 answers[index] = decode(received[fd])
     finally:
-        for fd, (_, pid) in live.items():
-            _end(pid, fd, poller)
+        _end([(pid, fd) for fd, (_, pid) in live.items()], poller)
     return answers
 
 
 def kill(forks: List[Optional[Fork]]) -> None:
     """Every fork killed and reaped, its answer dropped (the caller gave up on it). Only for
     forks not collected: a reaped fork's pid may be another process's by now."""
-    for fork in forks:
-        if fork is not None:
-            _end(fork[0], fork[1], None)
+    _end([fork for fork in forks if fork is not None], None)
 
 
 def decode(data: bytes) -> Optional[Any]:
-    """The value of a whole answer (heartbeats, ANSWER, length, marshal), else None. A whole
-    answer is valid without the fork's exit status (with SIGCHLD ignored there is none)."""
+    """The value of a whole answer (heartbeats, ANSWER, length, marshal), else None: a whole
+    answer is valid whatever the fork's exit status."""
     import marshal
 
     start = data.find(ANSWER)
@@ -192,29 +204,33 @@ def decode(data: bytes) -> Optional[Any]:
         return None
 
 
-def _end(pid: int, fd: int, poller: Any) -> None:
-    """Close the pipe, kill the fork (harmless once it exited) and reap it; a fork the kernel
-    keeps (stuck in a read) is left after REAP_S, never waited for."""
-    try:
-        if poller is not None:
-            poller.unregister(fd)
-    except (KeyError, ValueError):
-        pass
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 9)
-    except OSError:
-        pass
-    give_up = time.monotonic() + REAP_S
-    while True:
+def _end(ended: List[Fork], poller: Any) -> None:
+    """Close each pipe and kill each fork (harmless once it exited: it stays a zombie until
+    reaped, so its pid is no one else's), then reap them; a fork the kernel keeps (stuck in a
+    read) is left after REAP_S, never waited for."""
+    for pid, fd in ended:
         try:
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return
-        except OSError:  # reaped already, or SIGCHLD ignored
-            return
-        if time.monotonic() >= give_up:
+            if poller is not None:
+                poller.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    left = [pid for pid, _ in ended]
+    give_up = time.monotonic() + REAP_S
+    while left:
+        for pid in list(left):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    left.remove(pid)
+            except OSError:  # reaped already
+                left.remove(pid)
+        if not left or time.monotonic() >= give_up:
             return
         time.sleep(0.001)

@@ -507,7 +507,7 @@ def _add_prefetch(stats: Dict[str, Any], prefetched: Dict[str, Any]) -> None:
     """Two prefetches of one scan (the early one and the rest) count as one: summed, waves the longest."""
     before = stats.get("prefetch")
     if not isinstance(before, dict) or "files" not in before:
-        stats["prefetch"] = prefetched
+        stats["prefetch"] = dict(prefetched, **({"error": before["error"]} if isinstance(before, dict) and "error" in before else {}))
         return
     for key in ("files", "hints", "elapsed_s"):
         before[key] = round(before.get(key, 0) + prefetched.get(key, 0), 4)
