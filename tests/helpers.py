@@ -59,3 +59,12 @@ def alive(pid: int) -> bool:
             return handle.read().split(") ")[-1][:1] != "Z"
     except OSError:
         return False
+
+
+def reaped(pid: int) -> bool:
+    """A child of this process that is gone: waited for, not even a zombie left."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False

@@ -18,6 +18,7 @@ from typing import Dict, List
 import pytest
 
 from gpudoctor.probes import coldstart, fatbin, forks, kernel_scan, pyenv, scancache
+from helpers import reaped
 from test_coldstart import REAL, _many_containers
 from test_pystack_env import SM80_SM90_PTX90, SM86, SitePackages
 
@@ -62,13 +63,6 @@ def _after(monkeypatch, name: str, see) -> None:
     monkeypatch.setattr(forks, name, wrapped)
 
 
-def _gone(pid: int) -> bool:
-    """Reaped: not even a zombie is left."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
 
 
 def _expected(paths: List[str]) -> Dict[str, dict]:
@@ -150,7 +144,7 @@ def test_abort_leaves_no_fork(tmp_path, four_cpus, monkeypatch):
     _after(monkeypatch, "spawn", made.append)
     paths = _paths(tmp_path)
     coldstart.start(paths, _sizes(paths)).abort()
-    assert len(made) == 4 and all(_gone(fork[0]) for fork in made)
+    assert len(made) == 4 and all(reaped(fork[0]) for fork in made)
 
 
 def test_stat_many_is_os_stat_with_threads_or_without(tmp_path, monkeypatch):
@@ -183,7 +177,7 @@ def test_a_first_runs_records_are_parsed_in_forks_as_here(tmp_path, four_cpus, m
     _after(monkeypatch, "spawn", made.append)
     cache = scancache.ScanCache(str(tmp_path / "cache"))
     texts = kernel_scan.read_records(first, cache)
-    assert len(made) == 3 and all(_gone(fork[0]) for fork in made)
+    assert len(made) == 3 and all(reaped(fork[0]) for fork in made)
     parsed = {r: v for r, v in texts.items() if isinstance(v, dict)}
     assert len(parsed) > 10  # most came from forks, parsed
     for path, value in texts.items():
@@ -206,7 +200,7 @@ def test_the_early_scan_gives_up_its_forks_when_the_candidates_raise(tmp_path, f
     first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
     with pytest.raises(RuntimeError):
         kernel_scan.collect([str(site.path)], first, {}, fatbin.scan, environ={"GPUDOCTOR_CACHE": "off"}, save=False)
-    assert len(made) == 4 and all(_gone(fork[0]) for fork in made)
+    assert len(made) == 4 and all(reaped(fork[0]) for fork in made)
 
 
 def test_the_early_scan_of_record_files_answers_as_the_plain_scan(tmp_path, four_cpus, monkeypatch):

@@ -19,6 +19,7 @@ from typing import List
 import pytest
 
 from gpudoctor.probes import forks
+from helpers import reaped
 
 
 @pytest.fixture(autouse=True)
@@ -32,12 +33,6 @@ def test_the_doctors_own_process_makes_no_fork(monkeypatch):
     assert forks.spawn(lambda: 1) is None and not forks.available()
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
 
 
 def test_an_answer_comes_back_as_work_returned_it():
@@ -46,7 +41,7 @@ def test_an_answer_comes_back_as_work_returned_it():
     answers = forks.collect(made)
     assert answers[0] == value
     assert answers[1] == made[1][0] and answers[1] != os.getpid()  # it ran in the fork
-    assert all(_gone(fork[0]) for fork in made)
+    assert all(reaped(fork[0]) for fork in made)
 
 
 @pytest.mark.parametrize("failure", ["dies", "raises", "interrupted", "garbage", "unmarshallable"])
@@ -75,7 +70,7 @@ def test_a_failed_fork_answers_none_and_never_comes_back(tmp_path, failure):
             os._exit(0)
     assert not marker.exists()
     assert answers == [None, "fine"]
-    assert _gone(made[0])
+    assert reaped(made[0])
 
 
 def test_silent_forks_are_waited_for_together(monkeypatch):
@@ -85,7 +80,7 @@ def test_silent_forks_are_waited_for_together(monkeypatch):
     answers = forks.collect(made)
     assert time.monotonic() - started < 3.0  # one SILENT_S for all four, not four
     assert answers == [None] * 4 + ["fine"]
-    assert all(_gone(fork[0]) for fork in made)
+    assert all(reaped(fork[0]) for fork in made)
 
 
 def test_heartbeats_keep_a_slow_fork_alive(monkeypatch):
@@ -170,7 +165,7 @@ def test_with_sigchld_ignored_no_fork_is_made():
 def test_kill_reaps_forks_nobody_collects():
     made: List = [forks.spawn(lambda: time.sleep(60)) for _ in range(3)]
     forks.kill(made + [None])
-    assert all(_gone(fork[0]) for fork in made)
+    assert all(reaped(fork[0]) for fork in made)
 
 
 def test_no_fork_means_none(monkeypatch):
