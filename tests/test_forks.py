@@ -189,3 +189,21 @@ def test_decode_takes_only_a_whole_answer():
     assert forks.decode(whole[:-1]) is None
     assert forks.decode(b"x" + whole) is None
     assert forks.decode(b"") is None
+
+
+def test_shares_answer_in_order_and_a_failed_forks_share_is_done_here():
+    parent = os.getpid()
+
+    def work(share):
+        if os.getpid() != parent and share == [3]:
+            raise RuntimeError("this fork fails")
+        return (sum(share), os.getpid() == parent)
+
+    shares = forks.Shares(work, [[1], [2], [3], [4]], keep_first=True)
+    assert [share for share, _ in shares.forks] == [[2], [3], [4]]
+    answers, answered = shares.finish(lambda answer: isinstance(answer, tuple))
+    assert answers == [(1, True), (2, False), (3, True), (4, False)] and answered == 2
+    made = forks.Shares(lambda share: time.sleep(60), [[1], [2]])
+    pids = [fork[0] for _, fork in made.forks]
+    made.abort()
+    assert all(reaped(pid) for pid in pids)

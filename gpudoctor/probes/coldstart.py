@@ -229,56 +229,45 @@ def start(paths: List[str], sizes: Dict[str, int], keep_one: bool = False) -> "S
     (kernel_scan finds the files no RECORD lists meanwhile). A fork that cannot be made, dies or
     falls silent costs time, never an answer: its files are scanned in this process."""
     count = workers_for(len(paths))
-    if count <= 1:
-        return Scanning(list(paths), [], 1)
-    shares = split(paths, sizes, count)
-    own, forked = (shares[0], shares[1:]) if keep_one else ([], shares)
     budget = MAX_HINTS // count
-    started: List[Tuple[List[str], Optional[Any]]] = []
-    try:
-        for share in forked:
-            started.append((share, _forks.spawn(lambda share=share: _scanned(share, budget))))
-    except BaseException:
-        _forks.kill([fork for _, fork in started])
-        raise
-    return Scanning(own, started, count)
+    shares = split(paths, sizes, count) if count > 1 else [list(paths)]
+    return Scanning(_forks.Shares(lambda share: _scanned(share, budget), shares, keep_first=keep_one or count == 1))
 
 
 class Scanning:
     """Scans under way (``start``): the share this process keeps, and each fork's."""
 
-    def __init__(self, own: List[str], forks: List[Tuple[List[str], Optional[Any]]], count: int) -> None:
-        self.own, self.forks, self.budget = own, forks, MAX_HINTS // max(1, count)
-        self.paths = set(own).union(*(share for share, _ in forks))
+    def __init__(self, shares: Any) -> None:
+        self.shares = shares
+        self.own: List[str] = shares.own[0] if shares.own else []
+        self.forks = shares.forks
+
+    @property
+    def paths(self) -> Set[str]:
+        return set(self.own).union(*(share for share, _ in self.forks))
 
     def finish(self) -> Tuple[Dict[str, Scanned], Dict[str, int]]:
         """Every path's scan: this process's share now, then every fork's answer (or its files
         scanned here: the fork failed). Every fork is reaped, whatever happens."""
-        forks, self.forks = self.forks, []
-        try:
-            scanned, stats = scan_many(self.own, self.budget)
-            out = _as_json(scanned)
-        except BaseException:
-            _forks.kill([fork for _, fork in forks])
-            raise
-        answers = _forks.collect([fork for _, fork in forks])  # reaps every fork, whatever happens
-        workers = answered = 0
-        for (share, _), answer in zip(forks, answers):
-            if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], dict) and isinstance(answer[1], dict):
-                answered += 1
-            else:
-                theirs, more = scan_many(share, self.budget)
-                answer = (_as_json(theirs), more)
-                workers = 1  # this process scanned some
-            out.update(answer[0])
-            stats = {"files": stats["files"] + answer[1].get("files", 0), "hints": stats["hints"] + answer[1].get("hints", 0),
-                     "waves": max(stats["waves"], answer[1].get("waves", 0))}
-        return out, dict(stats, workers=answered + (1 if self.own else workers))
+        forked = len(self.shares.forks)
+        answers, answered = self.shares.finish(_is_scanned)
+        out: Dict[str, Scanned] = {}
+        stats = {"files": 0, "hints": 0, "waves": 0}
+        for scanned, more in answers:
+            out.update(scanned)
+            stats = {"files": stats["files"] + more.get("files", 0), "hints": stats["hints"] + more.get("hints", 0),
+                     "waves": max(stats["waves"], more.get("waves", 0))}
+        here = bool(self.own) or answered < forked  # this process scanned a share too
+        return out, dict(stats, workers=answered + here)
 
     def abort(self) -> None:
         """Every fork killed and reaped, its answer dropped."""
-        forks, self.forks = self.forks, []
-        _forks.kill([fork for _, fork in forks])
+        self.shares.abort()
+
+
+def _is_scanned(answer: Any) -> bool:
+    """A fork's answer to ``_scanned``: (path -> scan, statistics)."""
+    return isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], dict) and isinstance(answer[1], dict)
 
 
 def workers_for(files: int, per_worker: int = 0) -> int:

@@ -118,6 +118,46 @@ def spawn(work: Callable[[], Any]) -> Optional[Fork]:
     return pid, read_end
 
 
+class Shares:
+    """``work(share)`` for each of ``shares``, in forks made at once (the first share kept for
+    this process when ``keep_first``); ``finish`` collects the answers, doing here the work of
+    each fork that failed, or ``abort`` drops them. No fork outlives either, whatever happens."""
+
+    def __init__(self, work: Callable[[Any], Any], shares: List[Any], keep_first: bool = False) -> None:
+        self.work = work
+        self.own = shares[:1] if keep_first else []
+        self.forks: List[Tuple[Any, Optional[Fork]]] = []
+        try:
+            for share in shares[len(self.own):]:
+                self.forks.append((share, spawn(lambda share=share: work(share))))
+        except BaseException:
+            self.abort()
+            raise
+
+    def finish(self, valid: Callable[[Any], bool]) -> Tuple[List[Any], int]:
+        """Every share's answer, in the order of ``shares`` (a fork's that is not ``valid`` is
+        made here), and how many came from forks."""
+        forks, self.forks = self.forks, []
+        try:
+            answers = [self.work(share) for share in self.own]
+        except BaseException:
+            kill([fork for _, fork in forks])
+            raise
+        answered = 0
+        for (share, _), answer in zip(forks, collect([fork for _, fork in forks])):  # collect reaps them all
+            if valid(answer):
+                answered += 1
+            else:
+                answer = self.work(share)
+            answers.append(answer)
+        return answers, answered
+
+    def abort(self) -> None:
+        """Every fork killed and reaped, its answer dropped."""
+        forks, self.forks = self.forks, []
+        kill([fork for _, fork in forks])
+
+
 def _only(keep: int) -> None:
     """In a fork: every inherited descriptor but ``keep`` made /dev/null (see the header)."""
     null = os.open(os.devnull, os.O_RDWR)

@@ -27,7 +27,6 @@ Facts: ``kernels.binaries`` (one entry per CUDA binary: path, dist, package, own
 """
 
 import os
-import stat
 import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
@@ -135,7 +134,7 @@ def parse_record(data: bytes) -> Dict[str, Any]:
 
 
 def _parse_records(records: List[str]) -> Dict[str, Dict[str, Any]]:
-    """In a fork (read_records): each RECORD read and parsed; one that cannot be read is left to the caller."""
+    """A share of read_records (in a fork, or here): each RECORD read and parsed; one that cannot be read is left to the caller."""
     return {record: parse_record(data) for record, data in _coldstart.read_many(records, MAX_RECORD_BYTES) if isinstance(data, bytes)}
 
 
@@ -189,7 +188,7 @@ def read_records(dists: Dict[str, Dict[str, Any]], cache) -> Dict[str, Any]:
     known = _coldstart.stat_many(records) if cache.status in ("empty", "off") and len(records) >= COLD_RECORDS else {}
     todo: Dict[str, int] = {}
     for record in records:
-        key = _key(known[record]) if record in known else _scancache.file_key(record)
+        key = _scancache.key_of(known[record]) if record in known else _scancache.file_key(record)
         if cache.get(RECORD_KIND, record, key) is None:
             todo[record] = key[0] if key else 0
     if not todo:
@@ -199,18 +198,10 @@ def read_records(dists: Dict[str, Dict[str, Any]], cache) -> Dict[str, Any]:
     if count > 1:
         import csv  # noqa: F401  (before the forks: a quoted row needs it, and a fork imports nothing)
 
-        own, *shares = _coldstart.split(sorted(todo), todo, count, each=4096)
-        forks: List[Any] = []
-        try:
-            for share in shares:
-                forks.append(_forks.spawn(lambda share=share: _parse_records(share)))
-            out.update(_coldstart.read_many(own, MAX_RECORD_BYTES))
-        except BaseException:
-            _forks.kill(forks)
-            raise
-        for share, parsed in zip(shares, _forks.collect(forks)):
-            if isinstance(parsed, dict):
-                out.update((record, parsed[record]) for record in share if _valid_parse(parsed.get(record)))
+        shares = _coldstart.split(sorted(todo), todo, count, each=4096)
+        answers, _ = _forks.Shares(_parse_records, shares, keep_first=True).finish(lambda answer: isinstance(answer, dict))
+        for share, parsed in zip(shares, answers):
+            out.update((record, parsed[record]) for record in share if _valid_parse(parsed.get(record)))
     rest = [record for record in todo if record not in out]
     out.update(_coldstart.read_many(rest, MAX_RECORD_BYTES))
     return out
@@ -535,11 +526,6 @@ def _uncached(items: List[Dict[str, Any]], cache, keys: Dict[str, Any]) -> List[
     return todo
 
 
-def _key(st: Optional[os.stat_result]) -> Optional[List[int]]:
-    """scancache.file_key of a stat already made."""
-    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev] if st is not None and stat.S_ISREG(st.st_mode) else None
-
-
 class _EarlyScan:
     """The scan of the files RECORDs list, started in forks (coldstart.start) as soon as the
     RECORDs are parsed, when they are many and cold: the directories checked for files no RECORD
@@ -559,7 +545,7 @@ class _EarlyScan:
             return
         called = time.perf_counter()
         if cold:  # a first run: each file's stat waits for the disk; made in threads
-            self.keys.update((path, _key(st)) for path, st in cold_start.stat_many([item["path"] for item in items]).items())
+            self.keys.update((path, _scancache.key_of(st)) for path, st in cold_start.stat_many([item["path"] for item in items]).items())
         fresh = [(item["path"], key[0]) for item, key, result in _uncached(items, self.cache, self.keys) if result is None]
         paths = [path for path, _ in fresh]
         if len(paths) < PREFETCH_FROM or cold_start.workers_for(len(paths)) < 2 or not cold_start.page_cache_cold(paths):

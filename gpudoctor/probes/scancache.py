@@ -74,10 +74,14 @@ def file_name(scope: Optional[str] = None) -> str:
 def file_key(path: str) -> Optional[Key]:
     """(size, mtime_ns, inode, device) of a regular file, None if it is not one."""
     try:
-        st = os.stat(path)
+        return key_of(os.stat(path))
     except (OSError, ValueError):
         return None
-    if not stat.S_ISREG(st.st_mode):
+
+
+def key_of(st: Optional[os.stat_result]) -> Optional[Key]:
+    """``file_key`` of a stat already made (None: the stat failed, or not a regular file)."""
+    if st is None or not stat.S_ISREG(st.st_mode):
         return None
     return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
 
