@@ -200,11 +200,11 @@ def venv_with(*reqs: str, extra: Sequence[str] = (), python: str = sys.executabl
 CLOSURES = Path(__file__).resolve().parent / "real" / "closure"
 
 
-def closure_lock(version: str) -> List[Tuple[str, str, str]]:
-    """(requirement with hash, name==version, wheel file name) for each wheel `pip install vllm==version`
-    installs, from the lock tests/real/lock_closure.py wrote."""
+def closure_lock(version: str, engine: str = "vllm") -> List[Tuple[str, str, str]]:
+    """(requirement with hash, name==version, wheel file name) for each wheel `pip install ENGINE==version`
+    installs, from the lock tests/real/lock_closure.py wrote (tests/real/closure/ENGINE-VERSION.txt)."""
     out = []
-    for line in (CLOSURES / f"vllm-{version}.txt").read_text(encoding="utf-8").splitlines():
+    for line in (CLOSURES / f"{engine}-{version}.txt").read_text(encoding="utf-8").splitlines():
         if not line.strip() or line.startswith("#"):
             continue
         req, _, filename = line.partition("  # ")
@@ -280,8 +280,8 @@ def _install_metadata(site: Path, filename: str) -> None:
         (dest / "RECORD").write_text(out.getvalue(), encoding="utf-8")
 
 
-def closure_venv(version: str, python: str = sys.executable, metadata_only: Iterable[str] = ()) -> Path:
-    """A cached venv holding what ``pip install vllm==version`` installs — vLLM, the torch it pins (the
+def closure_venv(version: str, python: str = sys.executable, metadata_only: Iterable[str] = (), engine: str = "vllm") -> Path:
+    """A cached venv holding what ``pip install ENGINE==version`` installs (vLLM by default) — vLLM, the torch it pins (the
     real CUDA build), every nvidia-* wheel, triton, flashinfer, … and the pure-Python rest — as the
     lock in tests/real/closure/ names it: each wheel downloaded once, installed ``--no-deps`` with its
     hash checked, so nothing is resolved at test time. Returns its python.
@@ -289,7 +289,7 @@ def closure_venv(version: str, python: str = sys.executable, metadata_only: Iter
     ``metadata_only``: regular expressions of distribution names installed as their real dist-info
     alone (METADATA, entry points, a RECORD of those files): what requirement checks read, without
     the payload (for the nvidia-*-cu12 wheels of an older CUDA line, ~3 GB a release)."""
-    items = closure_lock(version)
+    items = closure_lock(version, engine)
     patterns = sorted(set(metadata_only))
     light = [i for i in items if any(re.fullmatch(p, canonical(i[1].split("==")[0])) for p in patterns)]
     full = [i for i in items if i not in light]
@@ -297,13 +297,13 @@ def closure_venv(version: str, python: str = sys.executable, metadata_only: Iter
     key_text = "\n".join([base, sys.version, "closure", *sorted(req for req, _, _ in items)]
                          + (["metadata only:", *patterns] if patterns else []))
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
-    target = VENVS / f"closure-vllm{version}-{key}"
+    target = VENVS / f"closure-{engine}{version}-{key}"
     done = target / ".complete"
     if done.exists():
         _touch(done)
         return target / "bin" / "python"
     _evict(keep=KEEP_VENVS)
-    with _locked(WHEELS / f".closure-{version}.lock"):
+    with _locked(WHEELS / f".closure-{engine}-{version}.lock"):
         _download_locked(full)
         _metadata_of(light)
     with _locked(VENVS / f".{key}.lock"):
@@ -330,11 +330,12 @@ def closure_venv(version: str, python: str = sys.executable, metadata_only: Iter
     return target / "bin" / "python"
 
 
-def release_venv(version: str) -> Path:
+def release_venv(version: str, engine: str = "vllm") -> Path:
     """``closure_venv`` with the tier's disk policy: the nvidia-*-cu12 wheels of a CUDA 12 release
-    (its lock has nvidia-cuda-runtime-cu12) as their dist-info alone; a CUDA 13 release whole."""
-    cuda12 = any(pin.startswith("nvidia-cuda-runtime-cu12==") for _, pin, _ in closure_lock(version))
-    return closure_venv(version, metadata_only=[r"nvidia-.*-cu12"] if cuda12 else [])
+    (its lock has nvidia-cuda-runtime-cu12) as their dist-info alone; a CUDA 13 release whole.
+    ``release_venv("0.5.23", engine="sglang")`` for another engine's lock."""
+    cuda12 = any(pin.startswith("nvidia-cuda-runtime-cu12==") for _, pin, _ in closure_lock(version, engine))
+    return closure_venv(version, metadata_only=[r"nvidia-.*-cu12"] if cuda12 else [], engine=engine)
 
 
 def _site(venv: Path) -> Path:
