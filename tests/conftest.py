@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 
 import pytest
 
@@ -45,3 +47,63 @@ def _scan_cache_kept(_private_scan_cache):
     which puts it back) fails here: every later test of its worker would write to ~/.cache."""
     yield
     assert os.environ.get("GPUDOCTOR_CACHE_DIR") == _private_scan_cache, "GPUDOCTOR_CACHE_DIR was not restored"
+
+
+# --- what the real tier cost: printed at the end of a run that ran any of it (CI's cold-cache cost) ----
+_TIERS = {"real": [0, 0.0], "other": [0, 0.0]}  # tests, seconds
+_DISK = {"path": "", "start": 0, "peak": 0}
+
+
+def _fs_used(path: str) -> int:
+    info = os.statvfs(path)
+    return (info.f_blocks - info.f_bfree) * info.f_frsize
+
+
+def _sample_disk() -> None:
+    """The file system's used bytes each second while the tier runs: the peak a cold cache reaches."""
+    while True:
+        try:
+            _DISK["peak"] = max(_DISK["peak"], _fs_used(_DISK["path"]) - _DISK["start"])
+        except OSError:
+            return
+        time.sleep(1.0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    real = item.get_closest_marker("real") is not None
+    if real and not _DISK["path"]:
+        import realenv
+
+        path = realenv.CACHE
+        while not path.exists():
+            path = path.parent
+        _DISK.update(path=str(path), start=_fs_used(str(path)))
+        threading.Thread(target=_sample_disk, name="real-tier-disk", daemon=True).start()
+    started = time.monotonic()
+    yield
+    tier = _TIERS["real" if real else "other"]
+    tier[0] += 1
+    tier[1] += time.monotonic() - started
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _TIERS["real"][0]:
+        return
+    import realenv
+
+    stats = realenv.STATS
+    parts = {"sparse forms": realenv.SPARSE, "whole wheels": realenv.WHEELS, "venvs": realenv.VENVS}
+    sizes = {name: realenv.disk_bytes(path) / 1e9 for name, path in parts.items()}
+    write = terminalreporter.write_line
+    write(f"real tier: {_TIERS['real'][0]} tests in {_TIERS['real'][1]:.0f} s, the other {_TIERS['other'][0]} in "
+          f"{_TIERS['other'][1]:.0f} s; cache {realenv.CACHE}")
+    if stats["wheels_downloaded"]:
+        write(f"  downloaded {stats['downloaded_bytes'] / 1e9:.2f} GB ({stats['wheels_downloaded']:.0f} wheels, "
+              f"{stats['download_s']:.0f} s summed over {realenv.DOWNLOADS_AT_ONCE} at once), cut {stats['cut_files']:.0f} "
+              f"libraries ({stats['cut_s']:.0f} s summed)")
+    else:
+        write("  downloaded nothing: every wheel was in the cache")
+    write(f"  built {stats['venvs_built']:.0f} venvs in {stats['build_s']:.0f} s; cache now {sum(sizes.values()):.2f} GB on disk ("
+          + ", ".join(f"{name} {size:.2f} GB" for name, size in sizes.items())
+          + f"), file system peak +{_DISK['peak'] / 1e9:.2f} GB during the run")

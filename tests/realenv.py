@@ -1,20 +1,30 @@
-"""Real releases from PyPI for the ``real`` test tier: wheels downloaded once, venvs built once.
+"""Real releases from PyPI for the ``real`` test tier: each wheel downloaded once, kept sparse.
 
 Design constraints:
 - Everything lives in one cache directory outside the repo (``$GPUDOCTOR_TEST_CACHE``, default
-  ``~/.cache/gpudoctor-tests``): ``wheels/`` holds downloaded wheels, ``venvs/`` the venvs built
-  from them. CI downloads each wheel once per fresh machine; later runs reuse it.
+  ``~/.cache/gpudoctor-tests``; ``$GPUDOCTOR_TEST_CACHE_GB``, default 12, bounds its venvs):
+  ``sparse/`` holds each wheel of a closure in its sparse form (tests/sparsewheel.py: every file,
+  size, metadata and source, the GPU code of large libraries cut to what gpudoctor's readers read,
+  checked equal on the real bytes when cut), ``wheels/`` the few wheels a test imports from (an
+  engine's own argument parser, CPU torch) whole, ``venvs/`` the venvs built from them. A fresh
+  machine downloads each wheel once (hash-checked, several at a time, the full wheel deleted once
+  cut); later runs reuse the cache.
+- A closure venv (``closure_venv``) is what ``pip install ENGINE==X`` installs, installed by pip from
+  the sparse forms, each cut file then written at its real size with holes where its zeros are, and
+  files shared with another release hard-linked: a 9 GB CUDA install costs a few hundred MB of disk.
+  Its files read as the real ones do for every reader gpudoctor has; nothing in it is imported.
 - Safe for concurrent test processes: every download and every venv build holds a file lock;
   a venv counts only once its `.complete` marker is written, last.
-- Wheels go in with ``--no-deps`` (a ``--no-deps`` torch is enough for metadata, ``version.py``
-  and its ``.so`` files); whatever else a test needs is named explicitly (``extra=``), so a venv
-  never pulls a multi-GB CUDA stack by accident. A correct install, with everything pip would
-  install, is ``closure_venv(version)``: the wheels of a lock file (tests/real/closure/), hash-checked.
-- Stdlib only, so any test module may import it.
+- Wheels that are imported go in whole with ``--no-deps`` (``venv_with``); whatever else a test needs
+  is named explicitly (``extra=``), so a venv never pulls a multi-GB CUDA stack by accident.
+- A download that cannot be made fails the test with pip's words, bounded in time: never a hang.
+- ``STATS`` counts what this process downloaded and built; conftest prints it at the end of a run.
+- Stdlib only (and tests/sparsewheel.py), so any test module may import it.
 
-    python = venv_with("vllm==0.33.0", "torch==2.14.0")          # a --no-deps install
+    python = venv_with("vllm==0.33.0", "torch==2.13.0")          # a --no-deps install
     python = venv_with("vllm==0.33.0", "torch==2.13.0", extra=requires_dist(wheel("vllm", "0.33.0")))
     python = closure_venv("0.33.0")                                      # what `pip install vllm==0.33.0` installs
+    python = release_venv("0.5.23", engine="sglang")                     # another engine's lock
 """
 
 from __future__ import annotations
@@ -26,14 +36,31 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sparsewheel  # noqa: E402
 
 CACHE = Path(os.environ.get("GPUDOCTOR_TEST_CACHE") or Path.home() / ".cache" / "gpudoctor-tests")
 WHEELS = CACHE / "wheels"
+SPARSE = CACHE / "sparse"
 VENVS = CACHE / "venvs"
+SCRATCH = CACHE / "scratch"
+CACHE_BYTES = int(float(os.environ.get("GPUDOCTOR_TEST_CACHE_GB") or 12) * 1e9)
+DOWNLOADS_AT_ONCE = 4
+CUTS_AT_ONCE = 2  # zlib and hashing release the GIL: threads use both cores
+PIP_TIMEOUT_S = 30  # per socket operation, with 2 retries: an unreachable index fails in minutes, not hours
+DOWNLOAD_DEADLINE_S = 1800
+
+STATS: Dict[str, float] = {"downloaded_bytes": 0, "wheels_downloaded": 0, "download_s": 0.0, "cut_s": 0.0, "cut_files": 0,
+                           "venvs_built": 0, "build_s": 0.0}
+_STATS_LOCK = threading.Lock()
 
 # Distributions that bring a GPU stack (GBs) or need one: never installed as a dependency here.
 GPU_PACKAGES = frozenset(
@@ -44,6 +71,16 @@ GPU_PACKAGES = frozenset(
     }
 )
 _GPU_PREFIXES = ("nvidia-", "cupy-", "flashinfer", "triton")
+
+
+class DownloadError(RuntimeError):
+    """pip could not fetch a wheel (index unreachable, no such file, hash mismatch): its words."""
+
+
+def _count(**amounts: float) -> None:
+    with _STATS_LOCK:
+        for key, value in amounts.items():
+            STATS[key] = STATS.get(key, 0) + value
 
 
 def canonical(name: str) -> str:
@@ -62,6 +99,65 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+class _Progress:
+    """One line on the terminal (``/dev/tty``, past pytest's capture) while wheels download and are
+    cut; nothing at all without a terminal (CI)."""
+
+    def __init__(self, total: int, what: str) -> None:
+        self.total, self.what, self.done, self.bytes = total, what, 0, 0
+        self.started = time.monotonic()
+        try:
+            self.tty: Optional[int] = os.open("/dev/tty", os.O_WRONLY | os.O_NOCTTY) if total else None
+        except OSError:
+            self.tty = None
+
+    def step(self, size: int) -> None:
+        with _STATS_LOCK:
+            self.done += 1
+            self.bytes += size
+            line = (f"\r  real tier: {self.what}: {self.done}/{self.total} wheels, {self.bytes / 1e9:.2f} GB "
+                    f"downloaded and cut, {time.monotonic() - self.started:.0f} s ")
+        if self.tty is not None:
+            try:
+                os.write(self.tty, line.encode())
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self.tty is not None:
+            try:
+                os.write(self.tty, b"\r\x1b[K")
+                os.close(self.tty)
+            except OSError:
+                pass
+
+
+def _pip_download(reqs: Sequence[str], into: Path, hashes: bool) -> None:
+    """``pip download --no-deps`` of ``reqs`` into ``into`` (``--require-hashes`` when they carry hashes),
+    with no pip cache (the tier keeps its own) and bounded waits. DownloadError with pip's words."""
+    into.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+               "--no-cache-dir", "--timeout", str(PIP_TIMEOUT_S), "--retries", "2", "-d", str(into)]
+    listing = None
+    if hashes:
+        listing = into / f".requirements-{os.getpid()}-{threading.get_ident()}.txt"
+        listing.write_text("\n".join(reqs) + "\n", encoding="utf-8")
+        command += ["--require-hashes", "-r", str(listing)]
+    else:
+        command += list(reqs)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        raise DownloadError(f"pip download of {', '.join(r.split()[0] for r in reqs)} took over {DOWNLOAD_DEADLINE_S} s")
+    finally:
+        if listing is not None:
+            listing.unlink()
+    if done.returncode != 0:
+        names = ", ".join(r.split()[0] for r in reqs[:5]) + (f" and {len(reqs) - 5} more" if len(reqs) > 5 else "")
+        raise DownloadError(f"pip could not download {names} (exit {done.returncode}); is the package index reachable? "
+                            f"pip said:\n{(done.stderr or done.stdout)[-2000:]}")
+
+
 def _find_wheel(name: str, version: str) -> Optional[Path]:
     stem = canonical(name).replace("-", "_")
     for path in sorted(WHEELS.glob("*.whl")) if WHEELS.is_dir() else ():
@@ -75,7 +171,8 @@ def _find_wheel(name: str, version: str) -> Optional[Path]:
 
 
 def wheel(name: str, version: str) -> Path:
-    """The wheel file of ``name==version`` for this machine, downloaded once into the cache."""
+    """The whole wheel of ``name==version`` for this machine (what ``venv_with`` installs to import
+    it), downloaded once into the cache; pip checks it against the index's hash."""
     found = _find_wheel(name, version)
     if found:
         return found
@@ -83,14 +180,18 @@ def wheel(name: str, version: str) -> Path:
         found = _find_wheel(name, version)
         if found:
             return found
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-             "--disable-pip-version-check", "-d", str(WHEELS), f"{name}=={version}"],
-            check=True,
-        )
+        scratch = SCRATCH / f"wheel-{os.getpid()}-{threading.get_ident()}"
+        started = time.monotonic()
+        try:
+            _pip_download([f"{name}=={version}"], scratch, hashes=False)
+            for path in scratch.glob("*.whl"):
+                _count(downloaded_bytes=path.stat().st_size, wheels_downloaded=1, download_s=time.monotonic() - started)
+                os.replace(path, WHEELS / path.name)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     found = _find_wheel(name, version)
     if not found:
-        raise RuntimeError(f"pip downloaded no wheel for {name}=={version} into {WHEELS}")
+        raise DownloadError(f"pip downloaded no wheel for {name}=={version} into {WHEELS}")
     return found
 
 
@@ -127,8 +228,8 @@ def pinned(wheel_path: Path, dist: str) -> Optional[str]:
     return None
 
 
-# The tier uses 11 venvs (4 closures, 4 parser oracles, vLLM + CPU torch for --deep, the peer server, …):
-# fewer kept would rebuild some on every run.
+# The tier uses ~10 venvs (closures, parser oracles, vLLM + CPU torch for --deep, the peer server, …):
+# fewer kept would rebuild some on every run. A parser oracle's venv is discarded once its verdicts are kept.
 KEEP_VENVS = int(os.environ.get("GPUDOCTOR_TEST_KEEP_VENVS", "12"))
 IDLE_BEFORE_EVICTION_S = 30 * 60
 
@@ -140,10 +241,32 @@ def _touch(path: Path) -> None:
         pass
 
 
-def _evict(keep: int) -> None:
-    """Each venv of a real release takes 1–5 GB: keep the ``keep`` most recently used, and never
-    one used in the last half hour (another test process may be in it)."""
-    import time
+def disk_bytes(path: Path) -> int:
+    """Bytes ``path`` takes on disk (allocated blocks: holes cost nothing), each hard-linked file once."""
+    seen, total, stack = set(), 0, [str(path)]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+            elif info.st_nlink > 1:
+                if (info.st_dev, info.st_ino) in seen:
+                    continue
+                seen.add((info.st_dev, info.st_ino))
+            total += info.st_blocks * 512
+    return total
+
+
+def _evict(keep: int, limit: int = CACHE_BYTES) -> None:
+    """Keep the ``keep`` most recently used venvs, and fewer while the venvs take more than ``limit``
+    bytes of disk; never one used in the last half hour (another test process may be in it)."""
 
     def last_used(venv: Path) -> float:
         try:
@@ -153,14 +276,27 @@ def _evict(keep: int) -> None:
 
     if not VENVS.is_dir():
         return
-    built = sorted(VENVS.iterdir(), key=last_used, reverse=True)
+    built = sorted((v for v in VENVS.iterdir() if v.is_dir()), key=last_used, reverse=True)
+    idle = [v for v in built if time.time() - last_used(v) > IDLE_BEFORE_EVICTION_S]
     for old in built[keep:]:
-        if old.is_dir() and time.time() - last_used(old) > IDLE_BEFORE_EVICTION_S:
+        if old in idle:
             shutil.rmtree(old, ignore_errors=True)
+    if disk_bytes(VENVS) > limit:
+        for old in reversed([v for v in idle if v.exists()]):
+            shutil.rmtree(old, ignore_errors=True)
+            if disk_bytes(VENVS) <= limit:
+                break
+
+
+def discard(python: Path) -> None:
+    """Remove a cached venv (by its python) that the run no longer needs."""
+    venv = Path(python).parent.parent
+    if venv.parent == VENVS:
+        shutil.rmtree(venv, ignore_errors=True)
 
 
 def venv_with(*reqs: str, extra: Sequence[str] = (), python: str = sys.executable) -> Path:
-    """A cached venv holding the wheels ``reqs`` (each ``name==version``) installed ``--no-deps``,
+    """A cached venv holding the whole wheels ``reqs`` (each ``name==version``) installed ``--no-deps``,
     then ``extra`` requirements installed normally (with their dependencies). Returns its python."""
     # Keyed on the base interpreter, not the venv a test runs in: every checkout shares the cache.
     base = os.path.realpath(getattr(sys, "_base_executable", python)) if python == sys.executable else python
@@ -181,10 +317,11 @@ def venv_with(*reqs: str, extra: Sequence[str] = (), python: str = sys.executabl
             shutil.rmtree(target)
         # A venv's scripts and pyvenv.cfg name its own path, so it is built in place; the
         # .complete marker (written last, under the lock) says the build finished.
+        started = time.monotonic()
         try:
             subprocess.run([python, "-m", "venv", "--without-pip", str(target)], check=True)
             pip = [sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"), "install", "-q",
-                   "--disable-pip-version-check", "--no-compile"]
+                   "--disable-pip-version-check", "--no-compile", "--timeout", str(PIP_TIMEOUT_S), "--retries", "2"]
             if files:
                 subprocess.run([*pip, "--no-deps", *files], check=True)
             if extra:
@@ -193,6 +330,7 @@ def venv_with(*reqs: str, extra: Sequence[str] = (), python: str = sys.executabl
             shutil.rmtree(target, ignore_errors=True)
             raise
         done.write_text(key_text, encoding="utf-8")
+        _count(venvs_built=1, build_s=time.monotonic() - started)
     return target / "bin" / "python"
 
 
@@ -212,61 +350,154 @@ def closure_lock(version: str, engine: str = "vllm") -> List[Tuple[str, str, str
     return out
 
 
-def _download_locked(items: Sequence[Tuple[str, str, str]], into: Path = WHEELS) -> int:
-    """Download the lock's wheels missing from the cache (one pip call, hashes checked). Returns bytes fetched."""
-    missing = [req for req, _, filename in items if not (WHEELS / filename).is_file() and not (into / filename).is_file()]
-    if not missing:
-        return 0
-    into.mkdir(parents=True, exist_ok=True)
-    before = sum(p.stat().st_size for p in into.glob("*.whl"))
-    listing = into / f".download-{os.getpid()}.txt"
-    listing.write_text("\n".join(missing) + "\n", encoding="utf-8")
+INDEX_URL = (os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple").rstrip("/")
+IN_MEMORY_AT_ONCE = 6  # wheels downloaded and not yet cut (the largest is ~0.9 GB)
+
+
+def _https_context():
+    import ssl
+
+    bundle = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+    return ssl.create_default_context(cafile=bundle) if bundle and os.path.isfile(bundle) else ssl.create_default_context()
+
+
+def _index_urls(name: str) -> Dict[str, str]:
+    """file name -> URL of every file of a project on the index (PEP 691 JSON)."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    page = f"{INDEX_URL}/{canonical(name)}/"
+    request = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=PIP_TIMEOUT_S, context=_https_context()) as answer:
+        doc = json.loads(answer.read(64 << 20))
+    return {f["filename"]: urllib.parse.urljoin(page, f["url"]) for f in doc.get("files", [])}
+
+
+def _download_bytes(url: str, sha256: str) -> bytes:
+    """The file at ``url`` in memory, its sha256 checked while it arrives."""
+    import urllib.request
+
+    digest = hashlib.sha256()
+    with urllib.request.urlopen(url, timeout=PIP_TIMEOUT_S, context=_https_context()) as answer:
+        length = int(answer.headers.get("Content-Length") or 0)
+        buffer = bytearray(length) if length else bytearray()
+        view, pos = memoryview(buffer), 0
+        while True:
+            if length:
+                if pos == length:
+                    break
+                count = answer.readinto(view[pos:pos + (1 << 22)])
+                if not count:
+                    break
+                digest.update(view[pos:pos + count])
+                pos += count
+            else:
+                chunk = answer.read(1 << 22)
+                if not chunk:
+                    break
+                digest.update(chunk)
+                buffer += chunk
+                pos += len(chunk)
+    view.release()
+    if length and pos != length:
+        raise DownloadError(f"{url}: the download ended at {pos} of {length} bytes")
+    if digest.hexdigest() != sha256:
+        raise DownloadError(f"{url}: sha256 {digest.hexdigest()} is not the lock's {sha256}")
+    return bytes(buffer) if not length else buffer  # type: ignore[return-value]
+
+
+def sparse_forms(items: Sequence[Tuple[str, str, str]], keep_whole: Collection[str] = ()) -> Dict[str, Path]:
+    """Each locked wheel's sparse form (its stub in ``SPARSE``; tests/sparsewheel.py), made once: the
+    wheel is downloaded into memory with its lock hash checked, cut, and dropped — kept whole in
+    ``WHEELS`` if its name is in ``keep_whole`` (an engine whose own parser a test imports). Several
+    download at once straight from the index (its PEP 691 pages give the files' addresses; pip's
+    own download is the fallback, with pip's configuration), and each is cut as soon as it arrives."""
+    keep = {canonical(n) for n in keep_whole}
+    out = {filename: SPARSE / filename for _, _, filename in items}
+    todo = [item for item in items if not sparsewheel.cut_path(out[item[2]]).is_file() or not out[item[2]].is_file()]
+    if not todo:
+        return out
+    SPARSE.mkdir(parents=True, exist_ok=True)
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    progress = _Progress(len(todo), "closure")
+    in_memory = threading.BoundedSemaphore(IN_MEMORY_AT_ONCE)
+
+    def fetch(item: Tuple[str, str, str]) -> bytes:
+        req, pin, filename = item
+        sha256 = req.rsplit("sha256:", 1)[1].strip()
+        if (WHEELS / filename).is_file():
+            return (WHEELS / filename).read_bytes()
+        started = time.monotonic()
+        try:
+            data = _download_bytes(_index_urls(pin.split("==")[0])[filename], sha256)
+        except (OSError, KeyError, ValueError, DownloadError):  # not there, or not reachable so: pip, as configured
+            scratch = SCRATCH / f"pip-{os.getpid()}-{threading.get_ident()}"
+            try:
+                _pip_download([req], scratch, hashes=True)
+                data = (scratch / filename).read_bytes()
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        _count(downloaded_bytes=len(data), wheels_downloaded=1, download_s=time.monotonic() - started)
+        return data
+
+    def cut(item: Tuple[str, str, str], data: bytes) -> None:
+        try:
+            started = time.monotonic()
+            filename = item[2]
+            if canonical(item[1].split("==")[0]) in keep and not (WHEELS / filename).is_file():
+                part = WHEELS / f".{filename}.{os.getpid()}.part"
+                part.write_bytes(data)
+                os.replace(part, WHEELS / filename)
+            index = sparsewheel.make(data, SPARSE / filename)
+            _count(cut_s=time.monotonic() - started, cut_files=len(index["members"]))  # type: ignore[arg-type]
+            progress.step(len(data))
+        finally:
+            in_memory.release()
+
+    errors: List[BaseException] = []
     try:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--require-hashes",
-                        "--only-binary=:all:", "--disable-pip-version-check", "-d", str(into), "-r", str(listing)],
-                       check=True)
+        with ThreadPoolExecutor(CUTS_AT_ONCE) as cutters, ThreadPoolExecutor(DOWNLOADS_AT_ONCE) as downloads:
+            def fetch_then_cut(item: Tuple[str, str, str]):
+                in_memory.acquire()
+                try:
+                    data = fetch(item)
+                except BaseException:
+                    in_memory.release()
+                    raise
+                return cutters.submit(cut, item, data)
+
+            # The largest first (platform wheels: GPU libraries), so the long downloads start at once.
+            ordered = sorted(todo, key=lambda item: item[2].endswith("-none-any.whl"))
+            fetched = [downloads.submit(fetch_then_cut, item) for item in ordered]
+            for future in fetched:
+                try:
+                    future.result().result()
+                except BaseException as exc:  # keep going: the other wheels are still worth having
+                    errors.append(exc)
     finally:
-        listing.unlink()
-    return sum(p.stat().st_size for p in into.glob("*.whl")) - before
+        progress.close()
+    if errors:
+        raise errors[0]
+    return out
 
 
-METADATA = WHEELS / "dist-info"  # <wheel file name>/<name>-<version>.dist-info/…, taken from the real wheel
-
-
-def _metadata_of(items: Sequence[Tuple[str, str, str]]) -> None:
-    """Keep the ``*.dist-info`` of each wheel in the cache, taken out of the real wheel (downloaded,
-    hash-checked, then deleted unless the wheel cache already had it): GBs of CUDA libraries cost
-    a download once and no disk."""
-    missing = [item for item in items if not (METADATA / item[2]).is_dir()]
-    if not missing:
-        return
-    scratch = WHEELS / f".metadata-{os.getpid()}"
-    try:
-        _download_locked(missing, into=scratch)
-        for _, _, filename in missing:
-            path = WHEELS / filename if (WHEELS / filename).is_file() else scratch / filename
-            part = METADATA / f".{filename}.{os.getpid()}"
-            with zipfile.ZipFile(path) as archive:
-                for member in archive.namelist():
-                    top = member.split("/", 1)[0]
-                    if top.endswith(".dist-info") and "/" in member and ".." not in member.split("/"):
-                        archive.extract(member, part)
-            part.replace(METADATA / filename)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _install_metadata(site: Path, filename: str) -> None:
-    """Install a distribution as its metadata alone: the wheel's own dist-info, with a RECORD that lists
-    just those files (what pip writes for a wheel without a payload), so nothing claims files that are
-    not there."""
+def _install_metadata(site: Path, stub: Path) -> None:
+    """Install a distribution as its metadata alone: the wheel's own dist-info (from its sparse form),
+    with a RECORD that lists just those files (what pip writes for a wheel without a payload), so
+    nothing claims files that are not there."""
     import base64
     import csv
     import io
 
-    for meta in (METADATA / filename).iterdir():
-        dest = site / meta.name
-        shutil.copytree(meta, dest)
+    tops = set()
+    with zipfile.ZipFile(stub) as archive:
+        for member in archive.namelist():
+            top = member.split("/", 1)[0]
+            if top.endswith(".dist-info") and "/" in member and ".." not in member.split("/") and not member.endswith("/"):
+                archive.extract(member, site)
+                tops.add(top)
+    for dest in (site / top for top in sorted(tops)):
         (dest / "INSTALLER").write_text("gpudoctor-tests (metadata only)\n", encoding="utf-8")
         rows = []
         for path in sorted(dest.rglob("*")):
@@ -274,27 +505,28 @@ def _install_metadata(site: Path, filename: str) -> None:
                 data = path.read_bytes()
                 digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
                 rows.append([path.relative_to(site).as_posix(), f"sha256={digest}", str(len(data))])
-        rows.append([f"{meta.name}/RECORD", "", ""])
+        rows.append([f"{dest.name}/RECORD", "", ""])
         out = io.StringIO()
         csv.writer(out, lineterminator="\n").writerows(rows)
         (dest / "RECORD").write_text(out.getvalue(), encoding="utf-8")
 
 
 def closure_venv(version: str, python: str = sys.executable, metadata_only: Iterable[str] = (), engine: str = "vllm") -> Path:
-    """A cached venv holding what ``pip install ENGINE==version`` installs (vLLM by default) — vLLM, the torch it pins (the
-    real CUDA build), every nvidia-* wheel, triton, flashinfer, … and the pure-Python rest — as the
-    lock in tests/real/closure/ names it: each wheel downloaded once, installed ``--no-deps`` with its
-    hash checked, so nothing is resolved at test time. Returns its python.
+    """A cached venv holding what ``pip install ENGINE==version`` installs (vLLM by default) — the engine,
+    the torch it pins (the real CUDA build), every nvidia-* wheel, triton, flashinfer, … and the pure-Python
+    rest — as the lock in tests/real/closure/ names it: each wheel downloaded once with its hash checked,
+    kept in its sparse form, installed ``--no-deps`` by pip, so nothing is resolved at test time; the
+    cut files are then written at their real size (holes where the GPU code was). Returns its python.
 
     ``metadata_only``: regular expressions of distribution names installed as their real dist-info
     alone (METADATA, entry points, a RECORD of those files): what requirement checks read, without
-    the payload (for the nvidia-*-cu12 wheels of an older CUDA line, ~3 GB a release)."""
+    the payload (the nvidia-*-cu12 wheels of an older CUDA line, whose GPU code the CUDA 13 lines read)."""
     items = closure_lock(version, engine)
     patterns = sorted(set(metadata_only))
     light = [i for i in items if any(re.fullmatch(p, canonical(i[1].split("==")[0])) for p in patterns)]
     full = [i for i in items if i not in light]
     base = os.path.realpath(getattr(sys, "_base_executable", python)) if python == sys.executable else python
-    key_text = "\n".join([base, sys.version, "closure", *sorted(req for req, _, _ in items)]
+    key_text = "\n".join([base, sys.version, "closure", "sparse", *sorted(req for req, _, _ in items)]
                          + (["metadata only:", *patterns] if patterns else []))
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     target = VENVS / f"closure-{engine}{version}-{key}"
@@ -303,30 +535,30 @@ def closure_venv(version: str, python: str = sys.executable, metadata_only: Iter
         _touch(done)
         return target / "bin" / "python"
     _evict(keep=KEEP_VENVS)
-    with _locked(WHEELS / f".closure-{engine}-{version}.lock"):
-        _download_locked(full)
-        _metadata_of(light)
+    with _locked(SPARSE / f".closure-{engine}-{version}.lock"):
+        stubs = sparse_forms(items, keep_whole=[engine])
     with _locked(VENVS / f".{key}.lock"):
         if done.exists():
             return target / "bin" / "python"
         if target.exists():
             shutil.rmtree(target)
-        listing = VENVS / f".{key}.requirements.txt"
-        listing.write_text("\n".join(req for req, _, _ in full) + "\n", encoding="utf-8")
+        started = time.monotonic()
         try:
             subprocess.run([python, "-m", "venv", "--without-pip", str(target)], check=True)
             subprocess.run([sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"), "install", "-q",
-                            "--disable-pip-version-check", "--no-compile", "--no-deps", "--require-hashes",
-                            "--no-index", "--find-links", str(WHEELS), "-r", str(listing)], check=True)
+                            "--disable-pip-version-check", "--no-compile", "--no-deps", "--no-index",
+                            *(str(stubs[filename]) for _, _, filename in full)], check=True)
+            site = _site(target)
+            for _, _, filename in full:
+                sparsewheel.materialize(stubs[filename], site)
             for _, _, filename in light:
-                _install_metadata(_site(target), filename)
+                _install_metadata(site, stubs[filename])
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
-        finally:
-            listing.unlink()
         _share_files(target)
         done.write_text(key_text, encoding="utf-8")
+        _count(venvs_built=1, build_s=time.monotonic() - started)
     return target / "bin" / "python"
 
 
