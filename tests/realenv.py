@@ -329,6 +329,7 @@ def venv_with(*reqs: str, extra: Sequence[str] = (), python: str = sys.executabl
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
+        _share_files(target)
         done.write_text(key_text, encoding="utf-8")
         _count(venvs_built=1, build_s=time.monotonic() - started)
     return target / "bin" / "python"
@@ -575,33 +576,41 @@ def _site(venv: Path) -> Path:
 
 
 def _share_files(target: Path, min_size: int = 1 << 16) -> int:
-    """Hard-link into ``target`` the files of each distribution it shares with a closure venv built
-    before (the same ``*.dist-info`` with a byte-identical RECORD: the same wheel, installed the same
-    way). Releases on one CUDA line share GBs of nvidia-* wheels; on disk they are there once.
-    Nothing in a venv is written after it is built, so shared inodes stay what pip wrote.
-    Returns the bytes shared."""
+    """Hard-link into ``target`` each file it shares with a venv built before: a row of a distribution's
+    RECORD (path, hash, size) that the same distribution's RECORD in the other venv has too — the same
+    file from the same wheel (scripts, whose rows name their venv, differ and are left alone). Releases
+    on one CUDA line share the nvidia-* libraries, the parser and peer venvs CPU torch and vLLM; on
+    disk each is there once. Nothing in a venv is written after it is built, so shared inodes stay
+    what was installed. Returns the bytes shared."""
     import csv
 
+    def rows(meta: Path) -> Dict[str, Tuple[str, str]]:
+        try:
+            text = (meta / "RECORD").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return {}
+        return {row[0]: (row[1], row[2]) for row in csv.reader(text.splitlines())
+                if len(row) >= 3 and row[1] and row[2].isdigit() and int(row[2]) >= min_size and not row[0].startswith("..")}
+
     site = _site(target)
-    others = [_site(v) for v in sorted(VENVS.glob("closure-*")) if v != target and (v / ".complete").exists()]
+    others = [_site(v) for v in sorted(VENVS.iterdir()) if v != target and (v / ".complete").exists()] if VENVS.is_dir() else []
     shared = 0
     for meta in sorted(site.glob("*.dist-info")):
-        text = (meta / "RECORD").read_bytes() if (meta / "RECORD").is_file() else None
-        other = next((o for o in others if text and (o / meta.name / "RECORD").is_file()
-                      and (o / meta.name / "RECORD").read_bytes() == text), None)
-        if other is None:
-            continue
-        for row in csv.reader(text.decode("utf-8", "replace").splitlines()):
-            if len(row) < 3 or not row[2].isdigit() or int(row[2]) < min_size or row[0].startswith(".."):
-                continue
-            src, dst = other / row[0], site / row[0]
-            try:
-                if os.path.samefile(src, dst) or src.stat().st_size != dst.stat().st_size:
-                    continue
-                tmp = dst.with_name(dst.name + ".share-tmp")
-                os.link(src, tmp)
-                os.replace(tmp, dst)
-                shared += int(row[2])
-            except OSError:
-                continue  # another file system, or gone: keep pip's copy
+        mine = rows(meta)
+        for other in others:
+            if not mine:
+                break
+            theirs = rows(other / meta.name)
+            for path in [path for path, entry in mine.items() if theirs.get(path) == entry]:
+                src, dst = other / path, site / path
+                try:
+                    if os.path.samefile(src, dst) or src.stat().st_size != dst.stat().st_size:
+                        continue
+                    tmp = dst.with_name(dst.name + ".share-tmp")
+                    os.link(src, tmp)
+                    os.replace(tmp, dst)
+                    shared += int(mine[path][1])
+                except OSError:
+                    pass  # another file system, or gone: keep this copy
+                del mine[path]
     return shared

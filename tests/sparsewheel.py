@@ -1,12 +1,13 @@
 """The sparse form of a real wheel: what the real test tier keeps instead of the wheel itself.
 
 Design constraints:
-- Every file of the wheel keeps its name, size, metadata and source; only large ELF shared objects
-  and relocatable objects (>= 1 MB, no ``.interp``: a program that may be run stays whole) are cut
-  to the bytes gpudoctor's readers read: the ELF header and program headers, the section table, the
+- Every file of the wheel keeps its name, size, metadata and source; only large compiled objects
+  (>= 1 MB: ELF libraries, programs, cubins, static archives) are cut to the bytes gpudoctor's
+  readers read: the ELF header and program headers, the section table, the
   sections that name a library and its needs and symbols (``.dynamic``, ``.dynstr``, ``.dynsym``,
   the symbol hash and version tables, notes, ``.comment``), the fatbin wrapper records, and every
-  byte the fatbin scan reads (recorded by running that scan). The rest would be read by nobody.
+  byte the fatbin scan reads (recorded by running that scan). The rest would be read by nobody: a cut
+  file cannot be loaded or run, and nothing in the real tier loads or runs a closure's files.
 - A cut is checked when it is made, on the real bytes: the ELF section table, the kept sections and
   the fatbin scan of the cut file must equal the full file's, or the wheel stays whole (and the
   manifest says why). The manifest records each cut file's check, so the tier can show it.
@@ -86,15 +87,19 @@ def _sections(data: bytes) -> List[Tuple[bytes, int, int, int]]:
     return out
 
 
+AR_MAGIC = b"!<arch>\n"
+
+
 def cuttable(data: bytes, min_size: int = MIN_SIZE) -> bool:
-    """A large ELF object that is not a program: a shared library, a cubin, an object file."""
-    sections = _sections(data)
-    return len(data) >= min_size and bool(sections) and not any(name == b".interp" for name, *_ in sections)
+    """A large compiled object: an ELF library, program, cubin or object file, or a static archive."""
+    return len(data) >= min_size and (bool(_sections(data)) or data.startswith(AR_MAGIC))
 
 
 def kept_ranges(data: bytes) -> List[Range]:
-    """The byte ranges of ``data`` (a cuttable ELF file) that the readers read, merged and sorted."""
+    """The byte ranges of ``data`` (a cuttable file) that the readers read, merged and sorted."""
     ranges: List[Range] = [(0, min(len(data), 4096))]
+    if data.startswith(AR_MAGIC):
+        return ranges  # no reader opens a static archive: its header says what it is
     phoff, = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
     ranges.append((phoff, phoff + phentsize * phnum))
@@ -181,7 +186,7 @@ def readings(data: bytes, ranges: Optional[Sequence[Range]] = None) -> Dict[str,
 def cut(data: bytes, min_size: int = MIN_SIZE) -> Tuple[Optional[List[Range]], str]:
     """The ranges to keep of one file, checked; (None, why) when it must stay whole."""
     if not cuttable(data, min_size):
-        return None, "not a large ELF library"
+        return None, "not a large compiled object"
     ranges = kept_ranges(data)
     kept = sum(end - start for start, end in ranges)
     if kept > len(data) // 2:

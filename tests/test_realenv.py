@@ -45,3 +45,23 @@ def test_disk_bytes_counts_holes_as_nothing_and_hard_links_once(tmp_path):
     (tmp_path / "dense.bin").write_bytes(b"y" * (1 << 20))
     used = realenv.disk_bytes(tmp_path)
     assert (1 << 20) <= used < (1 << 20) + (1 << 18)  # the dense MB, one block of the sparse file, counted once
+
+
+def test_venvs_share_the_files_their_records_agree_on(empty_cache):
+    """A file is hard-linked between venvs only where both RECORDs have the same row (path, hash, size):
+    a script, whose row names its venv, or a file of another version stays its own."""
+    site = {}
+    for name, script_hash, lib_hash in (("a", "sha256=aaa", "sha256=same"), ("b", "sha256=bbb", "sha256=same")):
+        venv = empty_cache / "venvs" / name
+        site[name] = realenv._site(venv)
+        meta = site[name] / "demo-1.0.dist-info"
+        meta.mkdir(parents=True)
+        (site[name] / "demo").mkdir()
+        for file, data in (("demo/lib.so", b"L" * 70000), ("demo/other.so", name.encode() * 70000)):
+            (site[name] / file).write_bytes(data)
+        (meta / "RECORD").write_text(f"demo/lib.so,{lib_hash},70000\ndemo/other.so,sha256={name},{70000 * 1}\n"
+                                     f"../../../bin/demo,{script_hash},70000\n", encoding="utf-8")
+        (venv / ".complete").write_text("", encoding="utf-8")
+    assert realenv._share_files(site["b"].parents[2]) == 70000
+    assert os.path.samefile(site["a"] / "demo" / "lib.so", site["b"] / "demo" / "lib.so")
+    assert not os.path.samefile(site["a"] / "demo" / "other.so", site["b"] / "demo" / "other.so")

@@ -51,15 +51,18 @@ def test_stub_cut_and_materialize_give_the_real_sizes_with_holes(tmp_path, monke
     monkeypatch.setattr(sparsewheel, "MIN_SIZE", 1 << 20)
     library = (FIXTURES / "fatbin" / "libvariants.so").read_bytes()
     big = library + bytes(3 << 20)  # past MIN_SIZE: what the readers never read is zeros, as in GPU code
-    program = b"\x7fELF" + bytes(60) + b"x" * (2 << 20)  # not parseable as a library: kept whole
+    program = b"\x7fELF" + bytes(60) + b"x" * (2 << 20)  # no section table to read: kept whole
+    archive_bytes = sparsewheel.AR_MAGIC + b"z" * (2 << 20)  # a static library: no reader opens it
     wheel = _wheel(tmp_path, {"demo/lib/libbig.so": big, "demo/__init__.py": b"x = 1\n", "demo/tool": program,
+                              "demo/lib/libstatic.a": archive_bytes,
                               "demo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
                               "demo-1.0.dist-info/RECORD": b""})
     stub = tmp_path / "stubs" / wheel.name
     stub.parent.mkdir()
     index = sparsewheel.make(wheel, stub)
-    assert list(index["members"]) == ["demo/lib/libbig.so"] and index["members"]["demo/lib/libbig.so"]["check"] == "equal"
-    assert index["whole"] == {"demo/tool": "not a large ELF library"}
+    assert sorted(index["members"]) == ["demo/lib/libbig.so", "demo/lib/libstatic.a"]
+    assert {entry["check"] for entry in index["members"].values()} == {"equal"}
+    assert index["whole"] == {"demo/tool": "not a large compiled object"}
     with zipfile.ZipFile(stub) as archive:  # the stub: the cut file emptied, the rest as it was
         assert archive.read("demo/lib/libbig.so") == b"" and archive.read("demo/tool") == program
         assert archive.read("demo/__init__.py") == b"x = 1\n"
@@ -67,7 +70,9 @@ def test_stub_cut_and_materialize_give_the_real_sizes_with_holes(tmp_path, monke
     site = tmp_path / "site"
     (site / "demo" / "lib").mkdir(parents=True)
     (site / "demo" / "lib" / "libbig.so").write_bytes(b"")  # what pip installs from the stub
-    assert sparsewheel.materialize(stub, site) == len(big)
+    (site / "demo" / "lib" / "libstatic.a").write_bytes(b"")
+    assert sparsewheel.materialize(stub, site) == len(big) + len(archive_bytes)
+    assert (site / "demo" / "lib" / "libstatic.a").read_bytes()[:4096] == archive_bytes[:4096]
     installed = site / "demo" / "lib" / "libbig.so"
     assert installed.stat().st_size == len(big)
     assert installed.stat().st_blocks * 512 < len(big) // 2  # holes, not written zeros

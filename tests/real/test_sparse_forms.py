@@ -20,7 +20,7 @@ from gpudoctor.probes import fatbin  # noqa: E402
 pytestmark = pytest.mark.real
 
 LOCKS = sorted(realenv.CLOSURES.glob("*.txt"))
-WHOLE_BECAUSE = ("not a large ELF library", "the readers read ")
+WHOLE_BECAUSE = ("not a large compiled object", "the readers read ")
 
 
 def _engine_version(lock: Path):
