@@ -42,14 +42,14 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sparsewheel  # noqa: E402
 
 CACHE = Path(os.environ.get("GPUDOCTOR_TEST_CACHE") or Path.home() / ".cache" / "gpudoctor-tests")
 WHEELS = CACHE / "wheels"
-SPARSE = CACHE / "sparse"
+SPARSE = CACHE / f"sparse-{sparsewheel.FORMAT}"  # forms of another format are left for _evict to remove
 VENVS = CACHE / "venvs"
 SCRATCH = CACHE / "scratch"
 CACHE_BYTES = int(float(os.environ.get("GPUDOCTOR_TEST_CACHE_GB") or 12) * 1e9)
@@ -274,6 +274,9 @@ def _evict(keep: int, limit: int = CACHE_BYTES) -> None:
         except OSError:  # being built or removed by another process
             return time.time()
 
+    for old in CACHE.glob("sparse*") if CACHE.is_dir() else ():
+        if old != SPARSE and old.is_dir():  # an older sparse format (tests/sparsewheel.py FORMAT)
+            shutil.rmtree(old, ignore_errors=True)
     if not VENVS.is_dir():
         return
     built = sorted((v for v in VENVS.iterdir() if v.is_dir()), key=last_used, reverse=True)
@@ -408,70 +411,55 @@ def _download_bytes(url: str, sha256: str) -> bytes:
     return bytes(buffer) if not length else buffer  # type: ignore[return-value]
 
 
-def sparse_forms(items: Sequence[Tuple[str, str, str]], keep_whole: Collection[str] = ()) -> Dict[str, Path]:
-    """Each locked wheel's sparse form (its stub in ``SPARSE``; tests/sparsewheel.py), made once: the
-    wheel is downloaded into memory with its lock hash checked, cut, and dropped — kept whole in
-    ``WHEELS`` if its name is in ``keep_whole`` (an engine whose own parser a test imports). Several
-    download at once straight from the index (its PEP 691 pages give the files' addresses; pip's
-    own download is the fallback, with pip's configuration), and each is cut as soon as it arrives."""
-    keep = {canonical(n) for n in keep_whole}
-    out = {filename: SPARSE / filename for _, _, filename in items}
-    todo = [item for item in items if not sparsewheel.cut_path(out[item[2]]).is_file() or not out[item[2]].is_file()]
-    if not todo:
-        return out
-    SPARSE.mkdir(parents=True, exist_ok=True)
-    WHEELS.mkdir(parents=True, exist_ok=True)
-    progress = _Progress(len(todo), "closure")
+def _fetch(item: Tuple[str, str, str]) -> bytes:
+    """A locked wheel's bytes: the whole wheel already in the cache, or downloaded into memory straight
+    from the index (its PEP 691 page gives the file's address), its lock hash checked while it arrives;
+    pip's own download, with pip's configuration, when the index cannot be read so."""
+    req, pin, filename = item
+    if (WHEELS / filename).is_file():
+        return (WHEELS / filename).read_bytes()
+    started = time.monotonic()
+    try:
+        data = _download_bytes(_index_urls(pin.split("==")[0])[filename], req.rsplit("sha256:", 1)[1].strip())
+    except (OSError, KeyError, ValueError, DownloadError):
+        scratch = SCRATCH / f"pip-{os.getpid()}-{threading.get_ident()}"
+        try:
+            _pip_download([req], scratch, hashes=True)
+            data = (scratch / filename).read_bytes()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    _count(downloaded_bytes=len(data), wheels_downloaded=1, download_s=time.monotonic() - started)
+    return data
+
+
+def _each_fetched(todo: Sequence[Tuple[str, str, str]], work, what: str) -> None:
+    """``work(item, data)`` for each locked wheel, fetched several at a time and handed to two workers
+    as each arrives (at most IN_MEMORY_AT_ONCE held); the largest (platform wheels) start first. Every
+    wheel is tried; the first error is raised at the end."""
+    progress = _Progress(len(todo), what)
     in_memory = threading.BoundedSemaphore(IN_MEMORY_AT_ONCE)
 
-    def fetch(item: Tuple[str, str, str]) -> bytes:
-        req, pin, filename = item
-        sha256 = req.rsplit("sha256:", 1)[1].strip()
-        if (WHEELS / filename).is_file():
-            return (WHEELS / filename).read_bytes()
-        started = time.monotonic()
+    def done(item: Tuple[str, str, str], data: bytes) -> None:
         try:
-            data = _download_bytes(_index_urls(pin.split("==")[0])[filename], sha256)
-        except (OSError, KeyError, ValueError, DownloadError):  # not there, or not reachable so: pip, as configured
-            scratch = SCRATCH / f"pip-{os.getpid()}-{threading.get_ident()}"
-            try:
-                _pip_download([req], scratch, hashes=True)
-                data = (scratch / filename).read_bytes()
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-        _count(downloaded_bytes=len(data), wheels_downloaded=1, download_s=time.monotonic() - started)
-        return data
-
-    def cut(item: Tuple[str, str, str], data: bytes) -> None:
-        try:
-            started = time.monotonic()
-            filename = item[2]
-            if canonical(item[1].split("==")[0]) in keep and not (WHEELS / filename).is_file():
-                part = WHEELS / f".{filename}.{os.getpid()}.part"
-                part.write_bytes(data)
-                os.replace(part, WHEELS / filename)
-            index = sparsewheel.make(data, SPARSE / filename)
-            _count(cut_s=time.monotonic() - started, cut_files=len(index["members"]))  # type: ignore[arg-type]
+            work(item, data)
             progress.step(len(data))
         finally:
             in_memory.release()
 
     errors: List[BaseException] = []
     try:
-        with ThreadPoolExecutor(CUTS_AT_ONCE) as cutters, ThreadPoolExecutor(DOWNLOADS_AT_ONCE) as downloads:
-            def fetch_then_cut(item: Tuple[str, str, str]):
+        with ThreadPoolExecutor(CUTS_AT_ONCE) as workers, ThreadPoolExecutor(DOWNLOADS_AT_ONCE) as downloads:
+            def fetch_then_work(item: Tuple[str, str, str]):
                 in_memory.acquire()
                 try:
-                    data = fetch(item)
+                    data = _fetch(item)
                 except BaseException:
                     in_memory.release()
                     raise
-                return cutters.submit(cut, item, data)
+                return workers.submit(done, item, data)
 
-            # The largest first (platform wheels: GPU libraries), so the long downloads start at once.
             ordered = sorted(todo, key=lambda item: item[2].endswith("-none-any.whl"))
-            fetched = [downloads.submit(fetch_then_cut, item) for item in ordered]
-            for future in fetched:
+            for future in [downloads.submit(fetch_then_work, item) for item in ordered]:
                 try:
                     future.result().result()
                 except BaseException as exc:  # keep going: the other wheels are still worth having
@@ -480,7 +468,77 @@ def sparse_forms(items: Sequence[Tuple[str, str, str]], keep_whole: Collection[s
         progress.close()
     if errors:
         raise errors[0]
+
+
+def sparse_forms(items: Sequence[Tuple[str, str, str]]) -> Dict[str, Path]:
+    """Each locked wheel's sparse form (its stub in ``SPARSE``; tests/sparsewheel.py), made once: the
+    wheel is fetched into memory with its lock hash checked (``_fetch``; a whole wheel already in the
+    cache is cut, not fetched), cut as soon as it arrives, and dropped."""
+    out = {filename: SPARSE / filename for _, _, filename in items}
+    todo = [item for item in items if not sparsewheel.cut_path(out[item[2]]).is_file() or not out[item[2]].is_file()]
+    if todo:
+        SPARSE.mkdir(parents=True, exist_ok=True)
+
+        def cut(item: Tuple[str, str, str], data: bytes) -> None:
+            started = time.monotonic()
+            index = sparsewheel.make(data, SPARSE / item[2])
+            _count(cut_s=time.monotonic() - started, cut_files=len(index["members"]))  # type: ignore[arg-type]
+
+        _each_fetched(todo, cut, "sparse forms")
     return out
+
+
+def is_gpu_package(name: str) -> bool:
+    name = canonical(name)
+    return name in GPU_PACKAGES or name.startswith(_GPU_PREFIXES)
+
+
+def parser_venv(version: str, engine: str = "vllm", torch: str = "2.13.0") -> Path:
+    """The engine's own Python, importable on a CPU (for its argument parser): what its closure lock
+    installs less the GPU stack (``is_gpu_package``), each wheel whole, with CPU torch in place of the
+    CUDA one. Exact versions, nothing resolved at test time. Its wheels are fetched for the build and
+    not kept (vLLM's parser loads vLLM's extensions, so the engine is whole too: ~2.5 GB of venv and
+    1 GB of wheels a release): build it for one job and ``discard`` it after."""
+    items = closure_lock(version, engine)
+    wanted = [item for item in items if not is_gpu_package(item[1].split("==")[0])]
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    key_text = "\n".join([base, sys.version, "parser", f"torch=={torch}", *sorted(req for req, _, _ in items)])
+    key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
+    target = VENVS / f"parser-{engine}{version}-{key}"
+    done = target / ".complete"
+    if done.exists():
+        _touch(done)
+        return target / "bin" / "python"
+    _evict(keep=KEEP_VENVS)
+    cpu_torch = wheel("torch", torch)
+    with _locked(VENVS / f".{key}.lock"):
+        if done.exists():
+            return target / "bin" / "python"
+        if target.exists():
+            shutil.rmtree(target)
+        started = time.monotonic()
+        scratch = SCRATCH / f"parser-{os.getpid()}-{threading.get_ident()}"
+        try:
+            scratch.mkdir(parents=True, exist_ok=True)
+
+            def keep(item: Tuple[str, str, str], data: bytes) -> None:
+                (scratch / item[2]).write_bytes(data)
+
+            _each_fetched([item for item in wanted if not (WHEELS / item[2]).is_file()], keep, "parser wheels")
+            files = [str(WHEELS / f if (WHEELS / f).is_file() else scratch / f) for _, _, f in wanted]
+            subprocess.run([base, "-m", "venv", "--without-pip", str(target)], check=True)
+            subprocess.run([sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"), "install", "-q",
+                            "--disable-pip-version-check", "--no-compile", "--no-deps", "--no-index", str(cpu_torch), *files],
+                           check=True)
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        _share_files(target)
+        done.write_text(key_text, encoding="utf-8")
+        _count(venvs_built=1, build_s=time.monotonic() - started)
+    return target / "bin" / "python"
 
 
 def _install_metadata(site: Path, stub: Path) -> None:
@@ -527,7 +585,7 @@ def closure_venv(version: str, python: str = sys.executable, metadata_only: Iter
     light = [i for i in items if any(re.fullmatch(p, canonical(i[1].split("==")[0])) for p in patterns)]
     full = [i for i in items if i not in light]
     base = os.path.realpath(getattr(sys, "_base_executable", python)) if python == sys.executable else python
-    key_text = "\n".join([base, sys.version, "closure", "sparse", *sorted(req for req, _, _ in items)]
+    key_text = "\n".join([base, sys.version, "closure", f"sparse {sparsewheel.FORMAT}", *sorted(req for req, _, _ in items)]
                          + (["metadata only:", *patterns] if patterns else []))
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     target = VENVS / f"closure-{engine}{version}-{key}"
@@ -537,7 +595,7 @@ def closure_venv(version: str, python: str = sys.executable, metadata_only: Iter
         return target / "bin" / "python"
     _evict(keep=KEEP_VENVS)
     with _locked(SPARSE / f".closure-{engine}-{version}.lock"):
-        stubs = sparse_forms(items, keep_whole=[engine])
+        stubs = sparse_forms(items)
     with _locked(VENVS / f".{key}.lock"):
         if done.exists():
             return target / "bin" / "python"

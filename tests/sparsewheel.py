@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpudoctor.probes import elf, fatbin  # noqa: E402  (the readers the cut must satisfy)
 
 MIN_SIZE = 1 << 20
+FORMAT = 3  # what is cut and how it is stored: a cache keeps its forms under this number (realenv)
 # Sections kept whole: what names a library, its needs, its symbols and their versions, and the fatbin
 # wrapper records. Everything else (code, data, relocations) is zeroed, but for the bytes the scan reads.
 KEEP_SECTIONS = frozenset({
@@ -227,7 +228,9 @@ def make(wheel: Union[Path, bytes], stub: Path) -> Dict[str, object]:
                 zipfile.ZipFile(part_cut, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as cuts:
             for info in src.infolist():
                 data = _member(src, raw, info)
-                ranges, why = cut(data) if info.file_size >= MIN_SIZE else (None, "")
+                # Only what lands in site-packages is cut: materialize writes it back there.
+                inside = _installed_path(info.filename) is not None
+                ranges, why = cut(data) if info.file_size >= MIN_SIZE and inside else (None, "")
                 if ranges is None:
                     if why:
                         whole[info.filename] = why

@@ -54,7 +54,7 @@ def test_stub_cut_and_materialize_give_the_real_sizes_with_holes(tmp_path, monke
     program = b"\x7fELF" + bytes(60) + b"x" * (2 << 20)  # no section table to read: kept whole
     archive_bytes = sparsewheel.AR_MAGIC + b"z" * (2 << 20)  # a static library: no reader opens it
     wheel = _wheel(tmp_path, {"demo/lib/libbig.so": big, "demo/__init__.py": b"x = 1\n", "demo/tool": program,
-                              "demo/lib/libstatic.a": archive_bytes,
+                              "demo/lib/libstatic.a": archive_bytes, "demo-1.0.data/data/bin/tool": big,
                               "demo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
                               "demo-1.0.dist-info/RECORD": b""})
     stub = tmp_path / "stubs" / wheel.name
@@ -66,6 +66,7 @@ def test_stub_cut_and_materialize_give_the_real_sizes_with_holes(tmp_path, monke
     with zipfile.ZipFile(stub) as archive:  # the stub: the cut file emptied, the rest as it was
         assert archive.read("demo/lib/libbig.so") == b"" and archive.read("demo/tool") == program
         assert archive.read("demo/__init__.py") == b"x = 1\n"
+        assert archive.read("demo-1.0.data/data/bin/tool") == big  # installed outside site-packages: whole
     assert stub.stat().st_size + sparsewheel.cut_path(stub).stat().st_size < len(big) // 4
     site = tmp_path / "site"
     (site / "demo" / "lib").mkdir(parents=True)

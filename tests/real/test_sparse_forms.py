@@ -32,7 +32,7 @@ def _engine_version(lock: Path):
 def test_every_library_of_a_closure_is_cut_only_where_the_readers_agree(lock):
     engine, version = _engine_version(lock)
     items = realenv.closure_lock(version, engine)
-    stubs = realenv.sparse_forms(items, keep_whole=[engine])
+    stubs = realenv.sparse_forms(items)
     cut = whole = real_bytes = 0
     for _, pin, filename in items:
         index = sparsewheel.read_index(stubs[filename])
@@ -63,11 +63,12 @@ def _check_installed(stub: Path, whole_wheel: Path, site: Path) -> int:
 
 
 def test_an_engine_installed_from_its_sparse_form_reads_as_its_real_wheel():
-    """vLLM 0.33.0: the closure venv's vllm/*.so against the whole wheel (kept: its parser is imported)."""
+    """vLLM 0.33.0: the closure venv's vllm/*.so against the whole wheel (kept: the peer server and
+    --deep load its extensions)."""
     python = realenv.release_venv("0.33.0")
-    [(_, _, filename)] = [i for i in realenv.closure_lock("0.33.0") if i[1].startswith("vllm==")]
+    whole = realenv.wheel("vllm", "0.33.0")
     site = python.parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
-    assert _check_installed(realenv.SPARSE / filename, realenv.WHEELS / filename, site) >= 3
+    assert _check_installed(realenv.SPARSE / whole.name, whole, site) >= 3
 
 
 def test_torch_cut_keeps_every_symbol_table(tmp_path):

@@ -47,11 +47,8 @@ ORACLE = Path(__file__).resolve().parent / "vllm_oracle.py"
 
 
 def oracle_python(version: str) -> Path:
-    """A venv with this vLLM, CPU torch and the dependencies its argument parser imports."""
-    extra = realenv.requires_dist(realenv.wheel("vllm", version))
-    # Built from the base interpreter, so every checkout and venv on this machine shares one.
-    base = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-    return realenv.venv_with(f"vllm=={version}", f"torch=={CPU_TORCH}", extra=extra, python=base)
+    """A venv with this vLLM, CPU torch and the rest of what `pip install vllm==X` installs, less the GPU stack."""
+    return realenv.parser_venv(version, torch=CPU_TORCH)
 
 
 def verdicts(version: str) -> list:
