@@ -1,0 +1,170 @@
+"""probes/torch_links.py and GD508 on shared objects made by the real compiler and linker.
+
+A "torch" whose libc10.so defines c10 symbols under their real mangled names (C functions with
+asm labels: the same .dynsym / .gnu.hash the C++ compiler would write), and extensions that need
+them: one built for this torch, one with the other C++ ABI (std::string as ``Ss``), one that
+wants a libcudart.so.12 that is not there. The real torch wheel and a real C++ extension are in
+tests/real/test_real_torch_links.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.knowledge.cxx_symbols import abi_hint, demangle
+from gpudoctor.probes import fatbin, pyenv, scancache, torch_links
+
+from test_pystack_env import TORCH_VERSION_PY, SitePackages
+from test_pystack_rules import snapshot_of
+from helpers import findings, outcome
+
+CXX11 = "_ZN3c106detail23torchInternalAssertFailEPKcS2_jS2_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+OLD_ABI = "_ZN3c106detail23torchInternalAssertFailEPKcS2_jS2_RKSs"
+CHECK = "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+CPU_TORCH = TORCH_VERSION_PY.replace("'13.0'", "None").replace("+cu130", "+cpu")
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to make the ELF files")
+
+
+def cc(out: Path, source: str, *args: str) -> Path:
+    src = out.with_suffix(".c")
+    src.write_text(source, encoding="utf-8")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src), *args], check=True, capture_output=True)
+    src.unlink()
+    return out
+
+
+def libc10(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    defs = "".join(f'void f{i}(void) __asm__("{name}");\nvoid f{i}(void) {{}}\n' for i, name in enumerate((CXX11, CHECK)))
+    # plenty of other symbols, so the GNU hash table has real buckets and chains
+    defs += "".join(f"void _ZN3c104misc{i}f{i}v(void) {{}}\n" for i in range(300))
+    return cc(directory / "libc10.so", defs, "-Wl,-soname,libc10.so", "-Wl,--hash-style=gnu")
+
+
+def extension(out: Path, symbols, torch_lib: Path, *extra: str) -> Path:
+    decls = "".join(f'extern void u{i}(void) __asm__("{name}");\n' for i, name in enumerate(symbols))
+    calls = "".join(f"u{i}();" for i in range(len(symbols)))
+    return cc(out, decls + f"void call(void) {{ {calls} }}\n", f"-L{torch_lib}", "-Wl,--no-as-needed", "-lc10", *extra)
+
+
+@pytest.fixture
+def built(tmp_path):
+    """(site, torch/lib) with the fake torch installed; extensions are added by each test."""
+    site = SitePackages(tmp_path / "site-packages")
+    site.torch(version_py=CPU_TORCH, lib=None)
+    lib = site.path / "torch" / "lib"
+    (lib / "libc10.so").unlink()
+    libc10(lib)
+    return site, lib
+
+
+def install(site: SitePackages, lib: Path, name: str, version: str, symbols, *extra: str, requires=()) -> str:
+    rel = f"{name}/_C.cpython-311-x86_64-linux-gnu.so"
+    scratch = site.path.parent / f"{name}.so"
+    extension(scratch, symbols, lib, *extra)
+    site.dist(name, version, requires=requires, files={rel: scratch, f"{name}/__init__.py": ""})
+    return str(site.path / rel)
+
+
+def extensions_fact(site: SitePackages) -> dict:
+    facts = pyenv.collect_plain([str(site.path)], "stack", fatbin.scan)
+    fact = facts["torch.extensions"]
+    assert fact["status"] == "ok", fact
+    return fact["value"]
+
+
+def test_extension_built_for_this_torch_has_nothing_missing(built):
+    site, lib = built
+    path = install(site, lib, "goodext", "1.0", [CXX11, CHECK])
+    value = extensions_fact(site)
+    [entry] = value["extensions"]
+    assert entry["path"] == path and entry["dist"] == "goodext"
+    assert entry["symbols"] == {"status": "ok", "checked": 2, "missing_count": 0, "missing": [], "cxx11_abi": True}
+    assert "unresolved" not in entry
+
+
+def test_other_cxx_abi_is_missing_symbols_and_gd508_fails(built):
+    site, lib = built
+    install(site, lib, "badext", "0.3+cu128torch2.7cxx11abiFALSE", [OLD_ABI, CHECK], requires=["torch==2.7.0"])
+    value = extensions_fact(site)
+    [entry] = value["extensions"]
+    assert entry["symbols"]["missing"] == [OLD_ABI] and entry["symbols"]["missing_count"] == 1
+    assert entry["symbols"]["cxx11_abi"] is True  # CHECK is a __cxx11 symbol; the hint is per symbol
+    snap = snapshot_of(site)
+    [finding] = findings(snap, "GD508")
+    text = finding.message
+    assert "badext 0.3+cu128torch2.7cxx11abiFALSE will not load with torch 2.11.0+cpu" in text
+    assert "c10::detail::torchInternalAssertFail(…)" in text and OLD_ABI in text
+    assert "_GLIBCXX_USE_CXX11_ABI mismatch" in text
+    assert "cxx11abiFALSE" in text and "requires torch==2.7.0" in text
+    commands = " ".join(finding.fix.commands)
+    assert "'badext!=0.3+cu128torch2.7cxx11abiFALSE' torch==2.11.0" in commands
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in commands
+
+
+def test_missing_cudart_is_found_and_symbols_cached(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    scancache.forget()
+    site, lib = built
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    cc(stub / "libcudart.so.12", "void cudaMalloc(void) {}\n", "-Wl,-soname,libcudart.so.12")
+    install(site, lib, "cu12ext", "2.0", [CXX11], f"-L{stub}", "-Wl,--no-as-needed", "-l:libcudart.so.12")
+    value = extensions_fact(site)
+    [entry] = value["extensions"]
+    assert entry["unresolved"] == ["libcudart.so.12"]
+    assert value["stats"]["symbol_checks_read"] == 1
+    [finding] = findings(snapshot_of(site), "GD508")
+    assert "needs libcudart.so.12, which the loader will not find" in finding.message
+    assert "--no-build-isolation" in " ".join(finding.fix.commands)  # no torch pin: a rebuild
+    scancache.forget()
+    again = extensions_fact(site)
+    assert again["stats"]["symbol_checks_read"] == 0 and again["stats"]["files_read"] == 0
+    assert again["extensions"] == value["extensions"]
+    # LD_LIBRARY_PATH names where it is: the loader finds it, so does the check
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(stub))
+    assert "unresolved" not in extensions_fact(site)["extensions"][0]
+    scancache.forget()
+
+
+def test_runpath_with_origin_resolves(built):
+    site, lib = built
+    rel = site.path / "rpext" / "libs"
+    rel.mkdir(parents=True)
+    cc(rel / "libhelper.so", "void helper(void) {}\n", "-Wl,-soname,libhelper.so")
+    install(site, lib, "rpext", "1.0", [CXX11], f"-L{rel}", "-Wl,--no-as-needed", "-lhelper", "-Wl,-rpath,$ORIGIN/libs", "-Wl,--enable-new-dtags")
+    [entry] = extensions_fact(site)["extensions"]
+    assert "libhelper.so" in entry["needed"] and "unresolved" not in entry
+
+
+def test_unreadable_torch_library_gives_no_verdict(built):
+    site, lib = built
+    install(site, lib, "anyext", "1.0", [OLD_ABI])
+    (lib / "libtorch_cpu.so").write_bytes(b"not an ELF file")
+    value = extensions_fact(site)
+    [entry] = value["extensions"]
+    assert entry["symbols"]["status"] == "error" and "libtorch_cpu.so" in entry["symbols"]["detail"]
+    result = outcome(snapshot_of(site), "GD508")
+    assert result.status == "unknown"
+
+
+def test_no_torch_linked_extension_is_not_applicable(built):
+    site, _ = built
+    assert outcome(snapshot_of(site), "GD508").status == "not_applicable"
+
+
+def test_demangle_and_hints():
+    assert demangle(OLD_ABI) == "c10::detail::torchInternalAssertFail(…)"
+    assert demangle("_ZTIN3c105ErrorE") == "typeinfo for c10::Error"
+    assert demangle("_ZNK2at10TensorBase8data_ptrIfEEPT_v") == "at::TensorBase::data_ptr<…>(…)"
+    assert demangle("_ZN3c1010TensorImplC2ENS_8DispatchKeyE") == "c10::TensorImpl::TensorImpl(…)"
+    assert demangle("not_mangled") is None
+    assert "_GLIBCXX_USE_CXX11_ABI=0" in abi_hint(OLD_ABI, True)
+    assert abi_hint(CXX11, True) is None and "_GLIBCXX_USE_CXX11_ABI=1" in abi_hint(CXX11, False)
+    assert torch_links.TORCH_SYMBOL.match(b"_ZNK2at10TensorBase8data_ptrIfEEPT_v")
+    assert not torch_links.TORCH_SYMBOL.match(b"_ZNSt6vectorIiSaIiEE9push_backERKi")
