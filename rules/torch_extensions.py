@@ -144,10 +144,12 @@ def extension_built_for_other_torch(snap):
 
     ## References
     - https://github.com/pytorch/pytorch/issues/143962 (the CXX11 ABI of torch's wheels),
-      https://github.com/pytorch/vision/issues/8971 (torchvision built for another torch:
+      https://github.com/vladmandic/sdnext/issues/3531 and
+      https://github.com/huggingface/diffusers/issues/9109 (torchvision built for another torch:
       "operator torchvision::nms does not exist"), https://github.com/pytorch/vision#installation
-      (torchvision/torch version pairs), https://github.com/facebookresearch/xformers/issues/1052,
-      https://github.com/Dao-AILab/flash-attention/issues/1832 (undefined symbol after a torch upgrade).
+      (torchvision/torch version pairs), https://github.com/facebookresearch/xformers/issues/1079
+      (xFormers built for another torch), https://github.com/Dao-AILab/flash-attention/issues/1832
+      (undefined symbol after a torch upgrade).
     - ld.so(8) (library search order), System V gABI "Dynamic Section", GNU hash as in glibc's
       elf/dl-lookup.c.
     """

@@ -168,3 +168,35 @@ def test_demangle_and_hints():
     assert abi_hint(CXX11, True) is None and "_GLIBCXX_USE_CXX11_ABI=1" in abi_hint(CXX11, False)
     assert torch_links.TORCH_SYMBOL.match(b"_ZNK2at10TensorBase8data_ptrIfEEPT_v")
     assert not torch_links.TORCH_SYMBOL.match(b"_ZNSt6vectorIiSaIiEE9push_backERKi")
+
+
+# --- explain: the error text confirmed from these facts ---------------------------------------
+def _verdict(text: str, snap) -> tuple:
+    from gpudoctor import explain
+
+    [match] = [m for m in explain.diagnose(text).matches if m.signature.role == "cause"]
+    result = explain.confirm(match.signature, snap)
+    return match.signature.id, result.verdict, [c.rule for c in result.checks if c.kind == explain.CONFIRMED]
+
+
+def test_explain_confirms_undefined_symbol_where_it_fails(built):
+    site, lib = built
+    path = install(site, lib, "badext", "0.3", [OLD_ABI])
+    text = f"ImportError: {path}: undefined symbol: {OLD_ABI}"
+    sig, verdict, by = _verdict(text, snapshot_of(site))
+    assert (sig, verdict, by) == ("SIG-torch-extension-undefined-symbol", "confirmed", ["GD508"])
+
+
+def test_explain_torchvision_ops_confirmed_by_its_own_finding(built):
+    site, lib = built
+    install(site, lib, "torchvision", "0.27.0", [OLD_ABI], requires=["torch==2.12.0"])
+    sig, verdict, by = _verdict("RuntimeError: operator torchvision::nms does not exist", snapshot_of(site))
+    assert sig == "SIG-torchvision-ops-missing" and verdict == "confirmed" and "GD508" in by
+
+
+def test_explain_torchvision_not_confirmed_by_another_extension(built):
+    site, lib = built
+    install(site, lib, "otherext", "1.0", [OLD_ABI])
+    install(site, lib, "torchvision", "0.26.0", [CXX11], requires=["torch==2.11.0"])
+    _, verdict, by = _verdict("RuntimeError: operator torchvision::nms does not exist", snapshot_of(site))
+    assert verdict != "confirmed" and by == []

@@ -105,9 +105,7 @@ def abi_hint(symbol: str, torch_cxx11_abi: Optional[bool]) -> Optional[str]:
     return None
 
 
-def readable(symbol: str, torch_cxx11_abi: Optional[bool] = None) -> str:
-    """``c10::detail::torchInternalAssertFail(…)`` [_ZN3c10…] plus the ABI hint where there is one."""
+def readable(symbol: str) -> str:
+    """``c10::detail::torchInternalAssertFail(…) (_ZN3c10…)``: the readable name, then the mangled one."""
     name = demangle(symbol)
-    text = f"{name} ({symbol})" if name else symbol
-    hint = abi_hint(symbol, torch_cxx11_abi)
-    return f"{text} — {hint}" if hint else text
+    return f"{name} ({symbol})" if name else symbol
