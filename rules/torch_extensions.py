@@ -172,7 +172,12 @@ def extension_built_for_other_torch(snap):
     fails = []
     for dist, entries in sorted(by_dist.items()):
         first = entries[0]
-        reasons = [r for entry in entries[:3] for r in describe(snap, entry)]
+        reasons = describe(snap, first)
+        for entry in entries[1:3]:  # its other files: how much, not the same symbols again
+            count = (entry.get("symbols") or {}).get("missing_count") or 0
+            libs = ", ".join(str(n) for n in entry.get("unresolved") or [])
+            said = [f"{count} missing torch symbol(s)" if count else "", f"needs {libs}" if libs else ""]
+            reasons.append(f"{os.path.basename(str(entry.get('path')))} too ({', '.join(x for x in said if x)})")
         cuda_over_cpu = cpu_torch and any(
             _CUDA_TORCH_LIBS.match(str(n)) for e in entries for n in e.get("unresolved") or [])
         if cuda_over_cpu:
