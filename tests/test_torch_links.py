@@ -166,8 +166,8 @@ def test_demangle_and_hints():
     assert demangle("not_mangled") is None
     assert "_GLIBCXX_USE_CXX11_ABI=0" in abi_hint(OLD_ABI, True)
     assert abi_hint(CXX11, True) is None and "_GLIBCXX_USE_CXX11_ABI=1" in abi_hint(CXX11, False)
-    assert torch_links.TORCH_SYMBOL.match(b"_ZNK2at10TensorBase8data_ptrIfEEPT_v")
-    assert not torch_links.TORCH_SYMBOL.match(b"_ZNSt6vectorIiSaIiEE9push_backERKi")
+    assert torch_links._torch_symbol().match(b"_ZNK2at10TensorBase8data_ptrIfEEPT_v")
+    assert not torch_links._torch_symbol().match(b"_ZNSt6vectorIiSaIiEE9push_backERKi")
 
 
 # --- explain: the error text confirmed from these facts ---------------------------------------
@@ -200,3 +200,11 @@ def test_explain_torchvision_not_confirmed_by_another_extension(built):
     install(site, lib, "torchvision", "0.26.0", [CXX11], requires=["torch==2.11.0"])
     _, verdict, by = _verdict("RuntimeError: operator torchvision::nms does not exist", snapshot_of(site))
     assert verdict != "confirmed" and by == []
+
+
+def test_names_of_torch_libraries_and_versioned_libraries():
+    assert torch_links.torch_library("libc10.so") and torch_links.torch_library("libtorch_cuda.so")
+    assert torch_links.torch_library("libshm.so") and not torch_links.torch_library("libcudart.so.12")
+    assert not torch_links.torch_library("libtorchaudio_ffmpeg") and not torch_links.torch_library("libc.so.6")
+    assert torch_links.versioned("/x/nvidia/cublas/lib/libcublas.so.13") and torch_links.versioned("/x/libnccl.so.2.21.5")
+    assert not torch_links.versioned("/x/vllm/_C.abi3.so") and not torch_links.versioned("/x/y.so.d/_C.so")

@@ -44,6 +44,7 @@ _scancache = sys.modules.get("gpudoctor_scancache")
 if _scancache is None:
     from gpudoctor.probes import scancache as _scancache
 
+BUSIEST = ("libtorch_cpu.so", "libc10.so", "libtorch_python.so", "libtorch_cuda.so", "libc10_cuda.so")
 LINKS_KIND = "links-1"
 SYMBOLS_KIND = "torch-symbols-1"
 MAX_DYNAMIC = 1 << 20
@@ -51,10 +52,10 @@ MAX_DYNSTR = 64 << 20
 MAX_EXTENSIONS = 400  # torch-linked shared objects checked (a big image has ~60)
 MAX_SHOWN = 5  # missing symbols / libraries kept per extension
 MAX_TORCH_CLOSURE = 400  # libraries followed from torch's own to find what `import torch` loads
-TORCH_LIBRARY = re.compile(r"^lib(c10|torch|shm|caffe2)[\w.]*\.so(\.\d+)*$")
+TORCH_PREFIXES = ("libc10", "libtorch", "libshm", "libcaffe2")  # torch/lib's own: libc10.so, libtorch_cuda.so, libshm.so
 # c10::, at::, torch::, caffe2:: after _Z, an optional special-name prefix (vtable, typeinfo, …),
 # N (nested) and cv/ref qualifiers (Itanium C++ ABI, "Mangling").
-TORCH_SYMBOL = re.compile(rb"^_Z(?:T[VIST]|Th|Tv)?N?[rVKRO]*(?:3c10|2at|5torch|6caffe2)[0-9_A-Za-z]")
+TORCH_SYMBOL = rb"^_Z(?:T[VIST]|Th|Tv)?N?[rVKRO]*(?:3c10|2at|5torch|6caffe2)[0-9_A-Za-z]"
 DEFAULT_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
                 "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
 LD_CACHE = "/etc/ld.so.cache"
@@ -117,8 +118,23 @@ def dynamic_info(path: str) -> Dict[str, Any]:
         handle.close()
 
 
+def torch_library(name: str) -> bool:
+    """libc10.so, libtorch_cpu.so, libshm.so (string tests, not a regex: this runs for every file of a warm check)."""
+    return name.startswith(TORCH_PREFIXES) and (name.endswith(".so") or ".so." in name)
+
+
+def versioned(path: str) -> bool:
+    """libcublas.so.13, libnccl.so.2.21.5: a system-style library, not a Python extension."""
+    head, sep, tail = path.rpartition(".so.")
+    return bool(sep) and "/" not in tail and tail.replace(".", "").isdigit()
+
+
 def links_torch(info: Dict[str, Any]) -> bool:
-    return any(TORCH_LIBRARY.match(name) for name in info.get("needed") or [])
+    return any(torch_library(name) for name in info.get("needed") or [])
+
+
+def _torch_symbol():
+    return re.compile(TORCH_SYMBOL)  # re caches it; compiled only on a cold path
 
 
 def undefined_torch_symbols(path: str) -> List[Tuple[str, bool]]:
@@ -131,9 +147,17 @@ def undefined_torch_symbols(path: str) -> List[Tuple[str, bool]]:
             continue
         end = dynstr.find(b"\0", st_name)
         name = dynstr[st_name:end if end >= 0 else None]
-        if TORCH_SYMBOL.match(name):
+        if _torch_symbol().match(name):
             out.append((name.decode("ascii", "replace"), info >> 4 == STB_WEAK))
     return out
+
+
+def gnu_hash(name: bytes) -> int:
+    """The GNU hash of a symbol name (glibc's dl_new_hash: h = h * 33 + c, from 5381)."""
+    h = 5381
+    for byte in name:
+        h = (h * 33 + byte) & 0xFFFFFFFF
+    return h
 
 
 class Exports:
@@ -178,14 +202,12 @@ class Exports:
         count = self.dynsym.size // 24
         return {name for name, shndx in (self._symbol(i) for i in range(1, count)) if shndx != 0}
 
-    def defines(self, name: bytes) -> bool:
+    def defines(self, name: bytes, h: int) -> bool:
+        """Whether this library defines ``name`` (``h``: its GNU hash, computed once for every library)."""
         if self.names is not None:
             return name in self.names
         if self.gnu is None:
             return self._sysv_defines(name)
-        h = 5381
-        for byte in name:
-            h = (h * 33 + byte) & 0xFFFFFFFF
         (index,) = struct.unpack_from("<I", self.map, self.buckets + (h % self.nbuckets) * 4)
         if index < self.symoffset:
             return False
@@ -295,17 +317,21 @@ class _Files:
         self.read = 0
         self.cached = 0
 
-    def info(self, path: str, key: Any = None) -> Dict[str, Any]:
+    def info(self, path: str, key: Any = None, compact: bool = False) -> Dict[str, Any]:
+        """``compact``: a file that links no torch is kept as {"status": "ok"} alone (most of them:
+        the cache file stays small, and loading it is part of every warm check)."""
         if key is None:
             key = _scancache.file_key(path)
         found = self.cache.get(LINKS_KIND, path, key)
-        if isinstance(found, dict) and isinstance(found.get("needed", []), list) and isinstance(found.get("status"), str):
+        if isinstance(found, dict) and isinstance(found.get("needed", []), list) and isinstance(found.get("status"), str) \
+                and (compact or "needed" in found or found.get("status") != "ok"):
             self.cached += 1
             return found
         info = dynamic_info(path)
         self.read += 1
         if info.get("status") != "no_permission":
-            self.cache.put(LINKS_KIND, path, key, info)
+            kept = {"status": "ok"} if compact and info.get("status") == "ok" and not links_torch(info) else info
+            self.cache.put(LINKS_KIND, path, key, kept)
         return info
 
 
@@ -313,7 +339,7 @@ def torch_loaded(torch_lib: str, files: _Files, loader: Loader) -> Tuple[Dict[st
     """(soname -> path of every library ``import torch`` loads, torch's libraries) followed from
     torch/lib's shared objects through their own RPATHs (the nvidia-* wheels' directories)."""
     try:
-        own = sorted(os.path.join(torch_lib, n) for n in os.listdir(torch_lib) if TORCH_LIBRARY.match(n) or n.endswith(".so"))
+        own = sorted(os.path.join(torch_lib, n) for n in os.listdir(torch_lib) if torch_library(n) or n.endswith(".so"))
     except OSError:
         return {}, []
     own = [p for p in own if os.path.isfile(p)]
@@ -353,7 +379,14 @@ def check_symbols(path: str, exports: List[Exports]) -> Dict[str, Any]:
         return {"status": _pyenv.os_error_status(exc), "detail": _pyenv.describe_os_error(exc)}
     except ValueError as exc:  # ElfError
         return {"status": "error", "detail": str(exc)[:200]}
-    missing = [name for name, weak in undefined if not weak and not any(e.defines(name.encode("ascii", "replace")) for e in exports)]
+    missing = []
+    for name, weak in undefined:
+        if weak:
+            continue
+        raw = name.encode("ascii", "replace")
+        h = gnu_hash(raw)
+        if not any(e.defines(raw, h) for e in exports):
+            missing.append(name)
     out: Dict[str, Any] = {"status": "ok", "checked": len(undefined), "missing_count": len(missing), "missing": missing[:MAX_SHOWN]}
     if any("__cxx11" in name for name, _ in undefined):
         out["cxx11_abi"] = True
@@ -402,10 +435,12 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
             path = str(item.get("path"))
             if path.startswith(torch_dir + os.sep):
                 continue  # torch's own libraries and _C: what the others are checked against
+            if versioned(path):
+                continue  # libcublas.so.13, libnccl.so.2: system-style libraries (the nvidia-* wheels), not torch extensions
             key = _scancache.file_key(path)
             if key is None:
                 continue
-            info = files.info(path, key)
+            info = files.info(path, key, compact=True)
             if info.get("status") != "ok" or not links_torch(info):
                 continue
             if len(found) >= MAX_EXTENSIONS:
@@ -420,7 +455,8 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
             symbols = cache.get(SYMBOLS_KIND, path, key)
             if not (isinstance(symbols, dict) and symbols.get("torch") == digest and isinstance(symbols.get("status"), str)):
                 if exports is None:
-                    exports, unreadable = _open_exports(own)
+                    # the libraries that define most of what extensions use first: a found symbol stops the search
+                    exports, unreadable = _open_exports(sorted(own, key=lambda p: (os.path.basename(p) not in BUSIEST, p)))
                 if unreadable:  # a symbol it defines would look missing: no verdict, and nothing cached
                     symbols = {"status": "error", "detail": "torch's libraries are unreadable: " + "; ".join(unreadable[:3])}
                 else:
@@ -453,6 +489,6 @@ def _open_exports(libraries: List[str]) -> Tuple[List[Exports], List[str]]:
         try:
             out.append(Exports(path))
         except (OSError, ValueError, struct.error) as exc:
-            if TORCH_LIBRARY.match(os.path.basename(path)):  # torch's own; another library there defines no torch symbol
+            if torch_library(os.path.basename(path)):  # torch's own; another library there defines no torch symbol
                 unreadable.append(f"{os.path.basename(path)}: {exc}"[:200])
     return out, unreadable
