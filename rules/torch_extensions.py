@@ -8,7 +8,7 @@ import shlex
 from typing import Any, Dict, List, Optional
 
 from gpudoctor.knowledge.cxx_symbols import abi_hint, readable
-from gpudoctor.rule import ERROR, Fail, Fix, NotApplicable, Unknown, rule
+from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 
 from .driver import version_tuple
 
@@ -119,6 +119,20 @@ def describe(snap, entry: Dict[str, Any]) -> List[str]:
     return reasons
 
 
+def loads(snap) -> Dict[str, Dict[str, Any]]:
+    """What --deep saw loading each torch extension after import torch (probes/deep_ext.py), by path."""
+    value = snap.value("torch.extensions_load")
+    items = value.get("extensions") if isinstance(value, dict) else None
+    return {os.path.normpath(str(e["path"])): e for e in items or [] if isinstance(e, dict) and isinstance(e.get("path"), str)}
+
+
+def _torch_failure(load: Dict[str, Any]) -> bool:
+    """A load failure that is this rule's cause: a torch symbol undefined, or a library it needs absent."""
+    symbol = str(load.get("undefined_symbol") or "")
+    return load.get("cause") == "missing_library" or symbol.startswith(("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch",
+                                                                         "_ZNK5torch", "_ZTIN3c10", "_ZTVN3c10"))
+
+
 @rule("GD508", "extension-built-for-other-torch", severity=ERROR, area="vllm", requires=("torch.extensions",))
 def extension_built_for_other_torch(snap):
     """A compiled extension was built for another torch, C++ ABI or CUDA: it will not import.
@@ -135,6 +149,8 @@ def extension_built_for_other_torch(snap):
     the installed torch's libraries (`.gnu.hash`), and resolves each `DT_NEEDED` library the way the
     loader would (RPATH/RUNPATH with `$ORIGIN`, `LD_LIBRARY_PATH`, the loader cache, what
     `import torch` loads) — without importing anything. flash-attn 2/3 is judged by GD404.
+    `--deep` loads each of them (at most 16, the broken first) in a child interpreter right after
+    `import torch` and quotes the loader's words; one that loads after all is a warning.
 
     ## Fix
     The release of that distribution built for the installed torch (pip picks it when asked for
@@ -163,9 +179,12 @@ def extension_built_for_other_torch(snap):
         return NotApplicable("no shared object outside torch links torch")
     unreadable = [e for e in items if (e.get("symbols") or {}).get("status") not in (None, "ok")]
     skip = _flash_attn_files(snap)
+    loaded = loads(snap)
     by_dist: Dict[str, List[Dict[str, Any]]] = {}
     for entry in items:
-        if broken(entry) and os.path.normpath(str(entry.get("path"))) not in skip:
+        path = os.path.normpath(str(entry.get("path")))
+        load = loaded.get(path) or {}
+        if path not in skip and (broken(entry) or load.get("status") in ("error", "crashed", "timeout")):
             by_dist.setdefault(str(entry.get("dist") or entry.get("package") or "?"), []).append(entry)
     torch = snap.value("torch.version")
     cpu_torch = snap.value("torch.cuda") is None
@@ -182,6 +201,17 @@ def extension_built_for_other_torch(snap):
             _CUDA_TORCH_LIBS.match(str(n)) for e in entries for n in e.get("unresolved") or [])
         if cuda_over_cpu:
             reasons.insert(0, f"it is a CUDA build, torch {torch} is a CPU build")
+        load = loaded.get(os.path.normpath(str(first.get("path")))) or {}
+        severity = None
+        name = os.path.basename(str(first.get("path")))
+        if load.get("status") in ("error", "crashed", "timeout"):
+            if not broken(first):  # the files looked fine; the loader says otherwise
+                reasons.append(f"{name} passed the static check, but loading it after import torch fails")
+                severity = None if _torch_failure(load) else WARNING
+            reasons.append(f"--deep confirms: loading {name} after import torch fails with \"{load.get('error')}\"")
+        elif load.get("status") == "ok":
+            reasons.append(f"--deep: {name} does load after import torch, so this may only fail where it is used")
+            severity = WARNING
         said = built_for(first)
         owner = first.get("dist")
         label = f"{owner} {first.get('version') or ''}".strip() if owner else f"{first.get('package')} (no distribution owns it)"
@@ -189,9 +219,9 @@ def extension_built_for_other_torch(snap):
         fails.append(Fail(
             f"{label} will not load with torch {torch}: " + "; ".join(reasons) + more
             + (f". Built for: {'; '.join(said)}" if said else ""),
-            ["torch.extensions", "torch.version", "torch.cxx11_abi"],
+            ["torch.extensions", "torch.version", "torch.cxx11_abi"] + (["torch.extensions_load"] if load else []),
             _fix(snap, str(owner) if owner else None, first, cuda_over_cpu),
-            subject=dist))
+            subject=dist, severity=severity))
     if fails:
         return fails
     if unreadable:

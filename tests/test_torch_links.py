@@ -208,3 +208,61 @@ def test_names_of_torch_libraries_and_versioned_libraries():
     assert not torch_links.torch_library("libtorchaudio_ffmpeg") and not torch_links.torch_library("libc.so.6")
     assert torch_links.versioned("/x/nvidia/cublas/lib/libcublas.so.13") and torch_links.versioned("/x/libnccl.so.2.21.5")
     assert not torch_links.versioned("/x/vllm/_C.abi3.so") and not torch_links.versioned("/x/y.so.d/_C.so")
+
+
+def test_torch_symbol_defined_by_its_own_library_beside_it_is_not_missing(built):
+    site, lib = built
+    beside = site.path / "helperext" / "libs"
+    beside.mkdir(parents=True)
+    cc(beside / "libhelper.so", f'void h(void) __asm__("{OLD_ABI}");\nvoid h(void) {{}}\n', "-Wl,-soname,libhelper.so")
+    install(site, lib, "helperext", "1.0", [OLD_ABI, CXX11], f"-L{beside}", "-Wl,--no-as-needed", "-lhelper",
+            "-Wl,-rpath,$ORIGIN/libs")
+    [entry] = extensions_fact(site)["extensions"]
+    assert entry["symbols"]["missing_count"] == 0 and entry["symbols"]["checked"] == 2
+
+
+# --- --deep: each torch extension loaded in a child after import torch ---------------------------
+TORCH_INIT = """import ctypes, os
+__version__ = "2.11.0+cpu"
+# what the real torch does first: its libraries into the process, found by soname afterwards
+ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libc10.so"), mode=ctypes.RTLD_GLOBAL)
+"""
+
+
+def deep_snapshot(site):
+    import types
+
+    from gpudoctor.probes import deep_ext
+
+    (site.path / "torch" / "__init__.py").write_text(TORCH_INIT, encoding="utf-8")
+    snap = snapshot_of(site)
+    ctx = types.SimpleNamespace(python=None, live=True, timeout=30.0, environ={"PYTHONPATH": str(site.path)}, deadline=None)
+    fact = deep_ext.load(snap, ctx)["torch.extensions_load"]
+    snap.facts["torch.extensions_load"] = fact
+    return snap, fact
+
+
+def test_deep_quotes_the_loader_for_the_other_abi_and_loads_the_right_one(built):
+    site, lib = built
+    bad = install(site, lib, "badext", "0.3", [OLD_ABI])
+    good = install(site, lib, "goodext", "1.0", [CXX11])
+    snap, fact = deep_snapshot(site)
+    assert fact.status == "ok" and fact.value["torch"] == {"status": "ok", "version": "2.11.0+cpu"}
+    by_path = {e["path"]: e for e in fact.value["extensions"]}
+    assert by_path[good]["status"] == "ok"
+    assert by_path[bad]["status"] == "error" and by_path[bad]["undefined_symbol"] == OLD_ABI
+    assert f"undefined symbol: {OLD_ABI}" in by_path[bad]["error"]
+    [finding] = findings(snap, "GD508")
+    assert finding.subject == "badext" and finding.severity == "error"
+    assert f'--deep confirms: loading _C.cpython-311-x86_64-linux-gnu.so after import torch fails with "{bad}: undefined symbol: {OLD_ABI}"' \
+        in finding.message
+
+
+def test_deep_load_that_succeeds_turns_the_static_finding_into_a_warning(built):
+    site, lib = built
+    path = install(site, lib, "lazyext", "1.0", [OLD_ABI])
+    snap, fact = deep_snapshot(site)
+    # the static check says OLD_ABI is missing; pretend the loader found it (a symbol another library gave it)
+    fact.value["extensions"] = [{"path": path, "status": "ok"}]
+    [finding] = findings(snap, "GD508")
+    assert finding.severity == "warning" and "--deep: _C.cpython-311-x86_64-linux-gnu.so does load after import torch" in finding.message

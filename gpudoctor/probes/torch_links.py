@@ -59,6 +59,7 @@ TORCH_SYMBOL = rb"^_Z(?:T[VIST]|Th|Tv)?N?[rVKRO]*(?:3c10|2at|5torch|6caffe2)[0-9
 DEFAULT_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
                 "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
 LD_CACHE = "/etc/ld.so.cache"
+SYSTEM_DIRS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/local/lib/")
 DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 14, 15, 29
 STB_WEAK = 2
 
@@ -448,19 +449,29 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
                 break
             entry: Dict[str, Any] = {"path": path, "dist": item.get("dist"), "package": item.get("package"),
                                      "needed": info.get("needed") or []}
-            unresolved = [n for n in entry["needed"] if n not in loaded and loader.find(n, path, info) is None]
+            resolved = {n: loaded.get(n) or loader.find(n, path, info) for n in entry["needed"]}
+            unresolved = [n for n, found_at in resolved.items() if found_at is None]
             if unresolved:
                 entry["unresolved"] = unresolved[:MAX_SHOWN]
                 entry["searched"] = {k: info[k] for k in ("rpath", "runpath") if info.get(k)}
+            # Its own libraries beside it (not torch's, not the system's) may define torch-namespace
+            # symbols too (a bundled helper library): the loader finds them there, so does the check.
+            own_libs = sorted(p for n, p in resolved.items() if p and n not in loaded and not p.startswith(SYSTEM_DIRS))
+            ext_digest = digest if not own_libs else zlib.crc32(repr((digest, torch_digest(own_libs))).encode())
             symbols = cache.get(SYMBOLS_KIND, path, key)
-            if not (isinstance(symbols, dict) and symbols.get("torch") == digest and isinstance(symbols.get("status"), str)):
+            if not (isinstance(symbols, dict) and symbols.get("torch") == ext_digest and isinstance(symbols.get("status"), str)):
                 if exports is None:
                     # the libraries that define most of what extensions use first: a found symbol stops the search
                     exports, unreadable = _open_exports(sorted(own, key=lambda p: (os.path.basename(p) not in BUSIEST, p)))
                 if unreadable:  # a symbol it defines would look missing: no verdict, and nothing cached
                     symbols = {"status": "error", "detail": "torch's libraries are unreadable: " + "; ".join(unreadable[:3])}
                 else:
-                    symbols = dict(check_symbols(path, exports), torch=digest)
+                    beside, _ = _open_exports(own_libs)
+                    try:
+                        symbols = dict(check_symbols(path, exports + beside), torch=ext_digest)
+                    finally:
+                        for table in beside:
+                            table.close()
                     symbols_read += 1
                     if symbols.get("status") != "no_permission":
                         cache.put(SYMBOLS_KIND, path, key, symbols)

@@ -126,6 +126,9 @@ def test_extension_built_with_either_cxx_abi(tmp_path, abi):
             [finding] = outcome["findings"]
             assert finding["subject"] == "abiext" and "c10::detail::torchInternalAssertFail(…)" in finding["message"]
             assert OLD_ABI_SYMBOL in finding["message"] and "_GLIBCXX_USE_CXX11_ABI=0" in finding["message"]
+            assert ("--deep confirms: loading" in finding["message"]) == deep
+            if deep:  # the loader's own words, as the real import printed them
+                assert f"undefined symbol: {OLD_ABI_SYMBOL}" in finding["message"].split("--deep confirms")[1]
         else:
             assert imported.returncode == 0 and imported.stdout.strip() == "6", imported.stderr
             assert outcome["status"] == "pass", outcome
@@ -145,5 +148,7 @@ def test_pypi_torchvision_over_cpu_torch(torchvision):
         [finding] = outcome["findings"]
         assert finding["subject"] == "torchvision"
         assert "it is a CUDA build" in finding["message"] and "libc10_cuda.so" in finding["message"]
+        assert ("--deep confirms: loading _C.so after import torch fails with \"libc10_cuda.so: cannot open shared object file"
+                in finding["message"]) == deep
     doc = explain_verdict(python, "RuntimeError: operator torchvision::nms does not exist")
     assert "GD508" in _confirmed_by(doc), doc
