@@ -37,6 +37,29 @@ def _flash_attn_files(snap) -> set:
     return out
 
 
+_TORCH_TAG = re.compile(r"torch(\d)\.?(\d{1,2})(?!\d)")
+
+
+def torch_tag(path: str) -> Optional[str]:
+    """The torch a file's name says it is for: libtorch_c_dlpack_addon_torch24-cpu.so -> "2.4"."""
+    match = _TORCH_TAG.search(os.path.basename(path))
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
+def other_torch_variants(items: List[Dict[str, Any]], torch_version: str) -> set:
+    """Files of a bundle with one build per torch release (two or more torch tags in one directory:
+    torch-c-dlpack-ext's addon_torch24 … torch29), made for another torch than the installed one:
+    the package loads the one for its torch (or none), never these."""
+    tags: Dict[str, set] = {}
+    for entry in items:
+        tag = torch_tag(str(entry.get("path")))
+        if tag:
+            tags.setdefault(os.path.dirname(str(entry.get("path"))), set()).add(tag)
+    mm = ".".join(torch_version.split("+")[0].split(".")[:2])
+    return {os.path.normpath(str(e.get("path"))) for e in items
+            if len(tags.get(os.path.dirname(str(e.get("path"))), ())) >= 2 and torch_tag(str(e.get("path"))) not in (None, mm)}
+
+
 def built_for(entry: Dict[str, Any]) -> List[str]:
     """What the files say the extension was built for: version suffix, torch pin."""
     said: List[str] = []
@@ -148,7 +171,9 @@ def extension_built_for_other_torch(snap):
     gpudoctor reads each such extension's undefined torch symbols (`.dynsym`) and looks each up in
     the installed torch's libraries (`.gnu.hash`), and resolves each `DT_NEEDED` library the way the
     loader would (RPATH/RUNPATH with `$ORIGIN`, `LD_LIBRARY_PATH`, the loader cache, what
-    `import torch` loads) — without importing anything. flash-attn 2/3 is judged by GD404.
+    `import torch` loads) — without importing anything. flash-attn 2/3 is judged by GD404. A
+    bundle of one build per torch release (file names tagged torch24 … torch29 in one directory)
+    is judged by the file for the installed torch only: the package loads that one.
     `--deep` loads each of them (at most 16, the broken first) in a child interpreter right after
     `import torch` and quotes the loader's words; one that loads after all is a warning.
 
@@ -163,8 +188,7 @@ def extension_built_for_other_torch(snap):
       https://github.com/vladmandic/sdnext/issues/3531 and
       https://github.com/huggingface/diffusers/issues/9109 (torchvision built for another torch:
       "operator torchvision::nms does not exist"), https://github.com/pytorch/vision#installation
-      (torchvision/torch version pairs), https://github.com/facebookresearch/xformers/issues/1079
-      (xFormers built for another torch), https://github.com/Dao-AILab/flash-attention/issues/1832
+      (torchvision/torch version pairs), https://github.com/Dao-AILab/flash-attention/issues/1832
       (undefined symbol after a torch upgrade).
     - ld.so(8) (library search order), System V gABI "Dynamic Section", GNU hash as in glibc's
       elf/dl-lookup.c.
@@ -178,7 +202,7 @@ def extension_built_for_other_torch(snap):
     if not items:
         return NotApplicable("no shared object outside torch links torch")
     unreadable = [e for e in items if (e.get("symbols") or {}).get("status") not in (None, "ok")]
-    skip = _flash_attn_files(snap)
+    skip = _flash_attn_files(snap) | other_torch_variants(items, str(snap.value("torch.version") or ""))
     loaded = loads(snap)
     by_dist: Dict[str, List[Dict[str, Any]]] = {}
     for entry in items:

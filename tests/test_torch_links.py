@@ -111,6 +111,12 @@ def test_missing_cudart_is_found_and_symbols_cached(built, tmp_path, monkeypatch
     monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
     scancache.forget()
     site, lib = built
+    # torch's CUDA library loads libcudart.so.13 from the nvidia wheel's directory, through its RPATH
+    nvidia = site.path / "nvidia" / "cu13" / "lib"
+    nvidia.mkdir(parents=True)
+    cc(nvidia / "libcudart.so.13", "void cudaMalloc(void) {}\n", "-Wl,-soname,libcudart.so.13")
+    cc(lib / "libtorch_cuda.so", "void tc(void) {}\n", f"-L{nvidia}", "-Wl,--no-as-needed", "-l:libcudart.so.13",
+       "-Wl,-rpath,$ORIGIN/../../nvidia/cu13/lib", "-Wl,--disable-new-dtags")
     stub = tmp_path / "stub"
     stub.mkdir()
     cc(stub / "libcudart.so.12", "void cudaMalloc(void) {}\n", "-Wl,-soname,libcudart.so.12")
@@ -119,8 +125,9 @@ def test_missing_cudart_is_found_and_symbols_cached(built, tmp_path, monkeypatch
     [entry] = value["extensions"]
     assert entry["unresolved"] == ["libcudart.so.12"]
     assert value["stats"]["symbol_checks_read"] == 1
+    assert "libcudart.so.13" in value["torch_loads"]
     [finding] = findings(snapshot_of(site), "GD508")
-    assert "needs libcudart.so.12, which the loader will not find" in finding.message
+    assert "needs libcudart.so.12, which the loader will not find (torch loads libcudart.so.13)" in finding.message
     assert "--no-build-isolation" in " ".join(finding.fix.commands)  # no torch pin: a rebuild
     scancache.forget()
     again = extensions_fact(site)
@@ -206,6 +213,8 @@ def test_names_of_torch_libraries_and_versioned_libraries():
     assert torch_links.torch_library("libc10.so") and torch_links.torch_library("libtorch_cuda.so")
     assert torch_links.torch_library("libshm.so") and not torch_links.torch_library("libcudart.so.12")
     assert not torch_links.torch_library("libtorchaudio_ffmpeg") and not torch_links.torch_library("libc.so.6")
+    assert not torch_links.torch_library("libtorchcodec_core4.so") and not torch_links.torch_library("libtorchaudio.so")
+    assert torch_links.torch_library("libc10_cuda.so") and torch_links.torch_library("libtorch_cuda_linalg.so")
     assert torch_links.versioned("/x/nvidia/cublas/lib/libcublas.so.13") and torch_links.versioned("/x/libnccl.so.2.21.5")
     assert not torch_links.versioned("/x/vllm/_C.abi3.so") and not torch_links.versioned("/x/y.so.d/_C.so")
 
@@ -266,3 +275,33 @@ def test_deep_load_that_succeeds_turns_the_static_finding_into_a_warning(built):
     fact.value["extensions"] = [{"path": path, "status": "ok"}]
     [finding] = findings(snap, "GD508")
     assert finding.severity == "warning" and "--deep: _C.cpython-311-x86_64-linux-gnu.so does load after import torch" in finding.message
+
+
+def test_a_library_outside_the_torch_stack_that_is_absent_is_not_reported(built, tmp_path):
+    """torchcodec ships a core library per FFmpeg major and loads the one whose FFmpeg is there."""
+    site, lib = built
+    stub = tmp_path / "ffmpeg"
+    stub.mkdir()
+    cc(stub / "libavcodec.so.58", "void av(void) {}\n", "-Wl,-soname,libavcodec.so.58")
+    install(site, lib, "codec", "0.17.0", [CXX11], f"-L{stub}", "-Wl,--no-as-needed", "-l:libavcodec.so.58")
+    [entry] = extensions_fact(site)["extensions"]
+    assert "libavcodec.so.58" in entry["needed"] and "unresolved" not in entry
+    assert outcome(snapshot_of(site), "GD508").status == "pass"
+
+
+def test_a_bundle_of_builds_per_torch_release_is_judged_by_the_one_for_this_torch(built):
+    """torch-c-dlpack-ext ships libtorch_c_dlpack_addon_torch24 … torch29 and loads the one for its torch."""
+    site, lib = built
+    files = {}
+    for tag, symbols in (("torch24", [OLD_ABI]), ("torch29", [OLD_ABI]), ("torch211", [CXX11])):
+        scratch = site.path.parent / f"addon_{tag}.so"
+        extension(scratch, symbols, lib)
+        files[f"dlpack_addon/libaddon_{tag}-cpu.so"] = scratch
+    site.dist("dlpack-addon", "0.1.5", files=files)
+    assert len(extensions_fact(site)["extensions"]) == 3
+    assert outcome(snapshot_of(site), "GD508").status == "pass"  # torch 2.11: only the torch211 build is loaded
+    scratch = site.path.parent / "addon_broken.so"
+    extension(scratch, [OLD_ABI], lib)
+    (site.path / "dlpack_addon" / "libaddon_torch211-cpu.so").write_bytes(scratch.read_bytes())
+    [finding] = findings(snapshot_of(site), "GD508")
+    assert "libaddon_torch211-cpu.so needs 1 torch symbol" in finding.message
