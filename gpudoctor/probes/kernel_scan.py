@@ -636,10 +636,10 @@ def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[s
     early = _EarlyScan(scanner or fatbin.scan, cache, _coldstart)
     try:
         items, notes = candidates(paths, dists, editable, cache, inner, early)
-        if shared_objects is not None:
-            shared_objects.extend(items)
         found = time.perf_counter()
         binaries, stats = scan_all(items, scanner or fatbin.scan, cache, _coldstart, early)
+        if shared_objects is not None:  # with the file key each was looked up by: one stat per file, not two
+            shared_objects.extend(dict(item, key=early.keys.get(item["path"])) for item in items)
     finally:
         early.close()
     scanned = time.perf_counter()

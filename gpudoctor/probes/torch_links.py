@@ -332,22 +332,21 @@ class Exports:
 
 
 class Loader:
-    """Where the dynamic loader finds a library (ld.so(8)), with directory listings read once."""
+    """Where the dynamic loader finds a library (ld.so(8)); each (directory, name) looked up once.
+
+    One stat per question, not a listing of the directory: /usr/lib/x86_64-linux-gnu holds
+    thousands of entries and is asked about a few names."""
 
     def __init__(self, environ: Dict[str, str]) -> None:
         self.ld_library_path = [d for d in (environ.get("LD_LIBRARY_PATH") or "").split(":") if d]
-        self.listings: Dict[str, Set[str]] = {}
+        self.present: Dict[Tuple[str, str], bool] = {}
         self._cache: Optional[Dict[str, str]] = None
 
-    def listing(self, directory: str) -> Set[str]:
-        names = self.listings.get(directory)
-        if names is None:
-            try:
-                names = set(os.listdir(directory))
-            except OSError:
-                names = set()
-            self.listings[directory] = names
-        return names
+    def has(self, directory: str, name: str) -> bool:
+        found = self.present.get((directory, name))
+        if found is None:
+            found = self.present[(directory, name)] = os.path.exists(os.path.join(directory, name))
+        return found
 
     def ld_cache(self) -> Dict[str, str]:
         """soname -> path of /etc/ld.so.cache: its strings are the paths it maps (glibc's format,
@@ -359,9 +358,10 @@ class Loader:
                     data = handle.read(16 << 20)
             except OSError:
                 data = b""
-            for raw in re.findall(rb"/[\x21-\x7e]+?\.so[\x21-\x7e]*?(?=\0)", data):
-                text = raw.decode("utf-8", "replace")
-                self._cache.setdefault(os.path.basename(text), text)
+            for raw in data.split(b"\0"):  # NUL-terminated strings: the paths are those that start with /
+                if raw[:1] == b"/" and b".so" in raw:
+                    text = raw.decode("utf-8", "replace")
+                    self._cache.setdefault(text.rsplit("/", 1)[-1], text)
         return self._cache
 
     @staticmethod
@@ -378,7 +378,7 @@ class Loader:
         """The file the loader opens for DT_NEEDED ``name`` of ``path`` (None: not found)."""
         if "/" in name:
             return name if os.path.exists(name) else None
-        origin = os.path.dirname(os.path.realpath(path))
+        origin = os.path.dirname(os.path.abspath(path))  # the path it is loaded by (pip writes no links)
         dirs: List[str] = []
         if not info.get("runpath"):
             dirs += self.expand(info.get("rpath") or "", origin)
@@ -387,13 +387,13 @@ class Loader:
         for directory in dirs:
             if "$" in directory:
                 continue  # $LIB / $PLATFORM: not expanded here
-            if name in self.listing(directory):
+            if self.has(directory, name):
                 return os.path.join(directory, name)
         cached = self.ld_cache().get(name)
         if cached:
             return cached
         for directory in DEFAULT_DIRS:
-            if name in self.listing(directory):
+            if self.has(directory, name):
                 return os.path.join(directory, name)
         return None
 
@@ -515,6 +515,7 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
         return {"torch.extensions": fact(None, "error", torch_lib, "no shared objects in torch/lib")}
     digest = torch_digest(own)
     families = {stem(name) for name in loaded}
+    requirements: Dict[str, Optional[List[str]]] = {}
     exports: Optional[List[Exports]] = None
     unreadable: List[str] = []
     found: List[Dict[str, Any]] = []
@@ -527,7 +528,7 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
                 continue  # torch's own libraries and _C: what the others are checked against
             if versioned(path):
                 continue  # libcublas.so.13, libnccl.so.2: system-style libraries (the nvidia-* wheels), not torch extensions
-            key = _scancache.file_key(path)
+            key = item.get("key") if isinstance(item.get("key"), list) else _scancache.file_key(path)
             if key is None:
                 continue
             info = files.info(path, key, compact=True)
@@ -572,7 +573,10 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
                 dist = dists.get(str(item.get("dist"))) if item.get("dist") else None
                 if isinstance(dist, dict):
                     entry["version"] = dist.get("version")
-                    entry["requires_torch"] = _torch_requirement(dist)
+                    name = str(item.get("dist"))
+                    if name not in requirements:  # METADATA read once per distribution
+                        requirements[name] = _torch_requirement(dist)
+                    entry["requires_torch"] = requirements[name]
             found.append(entry)
     finally:
         for table in exports or []:
