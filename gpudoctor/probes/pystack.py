@@ -325,6 +325,7 @@ def _failed(python: str, status: str, detail: str, source: str) -> Dict[str, Fac
         "packages.stack": fact,
         "kernels.binaries": fact,
         "kernels.scan": fact,
+        "torch.extensions": fact,
         "flash_attn.variants": fact,
         "flash_attn.namespace": fact,
         "vllm.build": fact,

@@ -64,14 +64,6 @@ DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 14, 15, 29
 STB_WEAK = 2
 
 
-def fact(value: Any = None, status: str = "ok", source: str = "", detail: str = "") -> Dict[str, Any]:
-    return _pyenv.fact(value, status, source, detail)
-
-
-def _elf():
-    return _pyenv.elf_module()
-
-
 def _cstr(table: bytes, offset: int) -> str:
     end = table.find(b"\0", offset)
     return table[offset:end if end >= 0 else None].decode("utf-8", "replace")
@@ -156,7 +148,7 @@ def _dynamic_by_segments(fd: int) -> Optional[Dict[str, Any]]:
 
 def _dynamic_by_sections(path: str) -> Dict[str, Any]:
     """needed, soname, rpath, runpath of one shared object (status "ok"), or its status and detail."""
-    elf = _elf()
+    elf = _pyenv.elf_module()
     try:
         handle, reader = elf.open_elf(path)
     except OSError as exc:
@@ -228,7 +220,7 @@ def _torch_symbol():
 
 def undefined_torch_symbols(path: str) -> List[Tuple[str, bool]]:
     """(name, weak) of each undefined dynamic symbol in torch's namespaces. OSError / ElfError."""
-    sections = _elf().sections(path, (b".dynsym", b".dynstr"), MAX_DYNSTR)
+    sections = _pyenv.elf_module().sections(path, (b".dynsym", b".dynstr"), MAX_DYNSTR)
     dynsym, dynstr = sections.get(b".dynsym", b""), sections.get(b".dynstr", b"")
     out: List[Tuple[str, bool]] = []
     for st_name, info, _other, shndx, _value, _size in struct.iter_unpack("<IBBHQQ", dynsym[:len(dynsym) // 24 * 24]):
@@ -254,7 +246,7 @@ class Exports:
     libtorch_cpu.so's .dynstr is tens of megabytes). Mapped read-only; pages touched on lookup."""
 
     def __init__(self, path: str) -> None:
-        elf = _elf()
+        elf = _pyenv.elf_module()
         self.path = path
         handle, reader = elf.open_elf(path)
         try:
@@ -505,14 +497,14 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
 
     started = time.perf_counter()
     if not torch_dir:
-        return {"torch.extensions": fact(None, "absent", "ELF", "torch is not installed")}
+        return {"torch.extensions": _pyenv.fact(None, "absent", "ELF", "torch is not installed")}
     torch_dir = os.path.normpath(torch_dir)
     torch_lib = os.path.join(torch_dir, "lib")
     files = _Files(cache)
     loader = Loader(dict(os.environ) if environ is None else environ)
     loaded, own = torch_loaded(torch_lib, files, loader)
     if not own:
-        return {"torch.extensions": fact(None, "error", torch_lib, "no shared objects in torch/lib")}
+        return {"torch.extensions": _pyenv.fact(None, "error", torch_lib, "no shared objects in torch/lib")}
     digest = torch_digest(own)
     families = {stem(name) for name in loaded}
     requirements: Dict[str, Optional[List[str]]] = {}
@@ -585,7 +577,7 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
              "torch_libraries": [os.path.basename(p) for p in own], "elapsed_s": round(time.perf_counter() - started, 4)}
     broken = sum(1 for e in found if e.get("unresolved") or (e.get("symbols") or {}).get("missing_count"))
     detail = f"{len(found)} torch-linked shared objects, {broken} with unresolved libraries or symbols"
-    return {"torch.extensions": fact({"extensions": found, "stats": stats, "torch_loads": sorted(loaded)[:300]},
+    return {"torch.extensions": _pyenv.fact({"extensions": found, "stats": stats, "torch_loads": sorted(loaded)[:300]},
                                      source="ELF (.dynamic, .dynsym, .gnu.hash)", detail="; ".join([detail] + notes))}
 
 
