@@ -95,6 +95,20 @@ def _installer(name: str, where: str) -> str:
         return "?"
 
 
+def torch_extensions(argv: List[str], env: Dict[str, str], cwd: str) -> Dict[str, object]:
+    """What a warm run's torch link check did (probes/torch_links.py): extensions, broken ones, its cost."""
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    try:
+        fact = json.loads(done.stdout)["facts"]["torch.extensions"]
+    except (ValueError, KeyError, TypeError):
+        return {"error": f"snapshot rc {done.returncode}: {done.stderr.strip()[-300:]}"}
+    value = fact.get("value") if isinstance(fact.get("value"), dict) else {}
+    items = value.get("extensions") or []
+    broken = [e.get("path") for e in items if e.get("unresolved") or (e.get("symbols") or {}).get("missing_count")]
+    return {"status": fact.get("status"), "detail": fact.get("detail"), "extensions": len(items), "broken": broken[:10],
+            "stats": value.get("stats")}
+
+
 def median(samples: List[Dict[str, float]], key: str, digits: int = 3) -> float:
     return round(statistics.median(s[key] for s in samples), digits)
 
@@ -121,6 +135,7 @@ def main() -> int:
         # Fills the scan cache (the cold runs did too); not counted: kept to show that check ran at all.
         sample = subprocess.run(check, capture_output=True, text=True, env=env, cwd=work, timeout=120)
         warm = [once(check, env, work) for _ in range(args.runs)]
+        extensions = torch_extensions([sys.executable, "-m", "gpudoctor", "snapshot"] + args.check_args, env, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     out = {
@@ -142,6 +157,8 @@ def main() -> int:
         "rc": sorted({s["rc"] for s in warm + cold}),
         "sample_run": {"rc": sample.returncode, "stdout_lines": len(sample.stdout.splitlines()),
                        "summary": (sample.stdout.strip().splitlines() or [""])[-1][:200], "stderr_tail": sample.stderr[-400:]},
+        # issue 26: every torch-linked extension checked (count, broken, the probe's own warm seconds)
+        "torch_extensions": extensions,
         "python": sys.version.split()[0],
         "dont_write_bytecode": bool(sys.flags.dont_write_bytecode),
         "environment": {k: v for k, v in os.environ.items() if "PYTHON" in k.upper() or k.startswith(("PIP_", "UV_"))},

@@ -51,7 +51,8 @@ def test_junit_counts_follow_the_gate():
     proc = gd("check", "--snapshot", STALE, "--format", "junit", "--fail-on", "unknown")
     root = ET.fromstring(proc.stdout)
     unknown = [c for c in root.iter("testcase") if c.find("failure") is not None and c.find("failure").get("type") == "unknown"]
-    assert len(unknown) == 5 and root.get("failures") == "7" and proc.returncode == 1
+    # GD508 among them: this snapshot predates torch.extensions (not collected)
+    assert len(unknown) == 6 and root.get("failures") == "8" and proc.returncode == 1
 
 
 def test_junit_from_preflight_parses(tmp_path):

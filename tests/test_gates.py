@@ -47,7 +47,8 @@ def test_ci_recipe_default_gate_exits_0_but_says_so_loudly_in_text():
     assert launch.startswith("? "), launch  # never a ✓ on an area whose rules could not decide
     summary = lines.index(next(line for line in lines if line.startswith("Summary: ")))
     below = "\n".join(lines[summary:])
-    assert "8 unknown" in lines[summary] and "nothing blocking: exit 0" in lines[summary]
+    # 8 launch rules, and GD508: this snapshot predates torch.extensions (not collected)
+    assert "9 unknown" in lines[summary] and "nothing blocking: exit 0" in lines[summary]
     assert "NOT checked" in below and "Not checked (--fail-on unknown makes this exit 1):" in below
     assert "Launch command: 8 rules undecided:" in below
 
@@ -57,7 +58,8 @@ def test_json_lists_not_checked_areas_and_the_gate():
     doc = json.loads(proc.stdout)
     assert proc.returncode == 1 and doc["blocking"] is True
     gap = next(g for g in doc["not_checked"] if g["area"] == "launch")
-    assert gap["count"] == doc["summary"]["unknown"] == sum(len(r["rules"]) for r in gap["reasons"])
+    assert gap["count"] == sum(len(r["rules"]) for r in gap["reasons"])
+    assert doc["summary"]["unknown"] == sum(g["count"] for g in doc["not_checked"])  # GD508 too: torch.extensions not collected
     assert any("vLLM is not installed" in n for n in doc["notes"])
 
 

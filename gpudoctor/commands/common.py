@@ -78,10 +78,11 @@ def probe(args, io: IO, meanwhile=None):
 
         override_snapshot(snapshot, gpu, args.gpu)
     if ctx.deep:  # now that the GPUs to judge are known: load what lacks code for them (in a child)
-        from gpudoctor.probes import deep_load, merge
+        from gpudoctor.probes import deep_ext, deep_load, merge
 
         ctx.deadline = runner.work_deadline(args.timeout)  # what the probes left of the one deadline
         merge(snapshot, deep_load.load(snapshot, ctx))
+        merge(snapshot, deep_ext.load(snapshot, ctx))  # every torch extension, after import torch
     if args.verbose:
         for text in ctx.debug:
             io.stderr.write(text + "\n")

@@ -66,8 +66,8 @@ BUILD = (
             "vllm-project/vllm#13608", "vllm-project/vllm#5501", "vllm-project/vllm#15010",
             "vllm-project/vllm#20361", "vllm-project/vllm#21226", "vllm-project/vllm#28199",
         ],
-        "confirm_rules": ["GD510"],
-        "facts": ["torch.version", "torch.cuda", "vllm.*", "packages.stack"],
+        "confirm_rules": ["GD510", "GD508:\\[vllm\\]$"],
+        "facts": ["torch.version", "torch.cuda", "vllm.*", "packages.stack", "torch.extensions"],
     },
     {
         "id": "SIG-torch-extension-undefined-symbol",
@@ -88,8 +88,8 @@ BUILD = (
         "fix": "Reinstall the extension built for this torch, or rebuild it with --no-build-isolation against it.",
         "commands": ["python3 -m pip list 2>/dev/null | grep -iE '^(torch|xformers|flashinfer|flash.attn)'"],
         "sources": ["Dao-AILab/flash-attention#853", "vllm-project/vllm#3630", "meta-pytorch/csprng#78", "open-mmlab/mmcv#3161"],
-        "confirm_rules": ["GD510", "GD503:requires.*\\btorch\\b", "GD404"],
-        "facts": ["torch.version", "torch.cuda"],
+        "confirm_rules": ["GD508", "GD510", "GD503:requires.*\\btorch\\b", "GD404"],
+        "facts": ["torch.version", "torch.cuda", "torch.cxx11_abi", "torch.extensions"],
     },
     {
         "id": "SIG-flash-attn-ampere-only",
@@ -264,10 +264,43 @@ BUILD = (
         "facts": ["flash_attn.*", "python.executable"],
     },
     {
+        "id": "SIG-torchvision-ops-missing",
+        "key": "torchvision_built_for_other_torch",
+        "title": "torchvision's C++ ops did not load (built for another torch, or a CUDA build over a CPU torch)",
+        "patterns": [
+            r"operator torchvision::(?P<op>\w+) does not exist",
+            r"No such operator torchvision::(?P<op>\w+)",
+            r"Couldn't load custom C\+\+ ops\. This can happen if your PyTorch and torchvision versions are incompatible",
+        ],
+        "cause": (
+            "torchvision's compiled extension (torchvision/_C.so) failed to load, silently, at import: it was built for "
+            "another torch release (each torchvision pins one, e.g. 0.27 -> torch 2.12), or it is a CUDA build over a CPU "
+            "torch (it needs libc10_cuda.so / libcudart). Its operators (nms, roi_align, deform_conv2d) are then never "
+            "registered, and the first use (or torchvision's own meta registrations) fails."
+        ),
+        "fix": "Install the torchvision built for the installed torch (the same index and CUDA variant as torch), or the torch it pins.",
+        "commands": [
+            "python3 -m pip list 2>/dev/null | grep -iE '^(torch|torchvision|torchaudio) '",
+            "python3 -m pip install --force-reinstall torch torchvision --index-url https://download.pytorch.org/whl/cu128",
+        ],
+        "thread_fixes": [
+            {"fix": "uninstall torch, torchvision and torchaudio, then reinstall all three from one index (cu118 / cu126)",
+             "url": "https://github.com/huggingface/diffusers/issues/9109"},
+            {"fix": "torch 2.4.0+cu121 with torchvision 0.20.1+cu124 (built for torch 2.5): install the matching pair",
+             "url": "https://github.com/vladmandic/sdnext/issues/3531"},
+        ],
+        "sources": [
+            "huggingface/diffusers#9109", "vladmandic/sdnext#3531", "pytorch/vision#9174", "pytorch/vision#8985",
+            "pytorch/pytorch#122494", "vllm-project/vllm#5736", "microsoft/scene_graph_benchmark#60",
+        ],
+        "confirm_rules": ["GD508:\\[torchvision\\]$", "GD503:^torchvision\\b.*requires.*\\btorch\\b"],
+        "facts": ["torch.version", "torch.cuda", "torch.extensions"],
+    },
+    {
         "id": "SIG-xformers-built-for-other-torch",
         "key": "xformers_wrong_torch",
         "title": "xFormers can't load its C++/CUDA extensions (built for another torch)",
-        "patterns": [r"xFormers can't load C\+\+/CUDA extensions"],
+        "patterns": [r"xFormers can't load C\+\+/CUDA extensions", r"xFormers was built for:?\s*(?:PyTorch (?P<built_torch>\S+))?"],
         "details": [r"PyTorch (?P<built_for>\S+) with CUDA (?P<built_cuda>\d+) \(you have (?P<installed>[^)]+)\)"],
         "cause": "Each xformers release is built for one torch version (and CUDA); a different torch, or a CPU torch, cannot load its kernels.",
         "fix": "Install the xformers release made for the installed torch (see xformers' CHANGELOG), or the torch it was built for.",
@@ -281,8 +314,8 @@ BUILD = (
             {"fix": "the torch was a CPU build (+cpu): install the CUDA build of torch", "url": "https://github.com/open-mmlab/PIA/issues/30"},
         ],
         "sources": ["facebookresearch/xformers#1079", "open-mmlab/PIA#30", "facebookresearch/xformers#971", "facebookresearch/xformers#800"],
-        "confirm_rules": ["GD503:^xformers\\b.*requires.*\\btorch\\b", "GD501"],
-        "facts": ["torch.version", "torch.cuda"],
+        "confirm_rules": ["GD508:\\[xformers\\]$", "GD503:^xformers\\b.*requires.*\\btorch\\b", "GD501"],
+        "facts": ["torch.version", "torch.cuda", "torch.extensions"],
     },
     {
         "id": "SIG-fa4-unsupported-gpu",
@@ -321,8 +354,8 @@ BUILD = (
             "python3 -m pip install --force-reinstall vllm  # brings the torch and CUDA runtime it was built with",
         ],
         "sources": ["vllm-project/vllm#52300", "vllm-project/vllm#31018", "vllm-project/vllm#1369", "vllm-project/vllm#5232"],
-        "confirm_rules": ["GD510", "GD503:nvidia|cuda", "GD207"],
-        "facts": ["torch.version", "torch.cuda", "env.LD_LIBRARY_PATH"],
+        "confirm_rules": ["GD508:cannot open shared object", "GD510", "GD503:nvidia|cuda", "GD207"],
+        "facts": ["torch.version", "torch.cuda", "env.LD_LIBRARY_PATH", "torch.extensions"],
     },
     {
         "id": "SIG-libstdcxx-too-old",

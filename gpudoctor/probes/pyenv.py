@@ -643,6 +643,11 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     binaries = facts["kernels.binaries"].get("value") or []
     torch_dir = facts.get("torch.path", {}).get("value")
     facts["torch.arch_list"] = torch_arch_list(torch_dir, binaries)
+    try:
+        facts.update(_sibling("gpudoctor_torch_links", "torch_links.py").collect(
+            scan.shared_objects, torch_dir, first, cache, dict(os.environ) if environ is None else environ))
+    except Exception as exc:  # the link check's bug must not cost the other facts
+        facts["torch.extensions"] = fact(None, "error", "torch_links", f"{type(exc).__name__}: {exc}")
     saved = cache.save()  # once: the kernel scan's entries, the RECORD checks' and the extras'
     scan_stats = facts["kernels.scan"].get("value")
     if isinstance(scan_stats, dict):
@@ -659,6 +664,7 @@ class _KernelScan:
 
         self.facts: Optional[Dict[str, Any]] = None
         self.error: Optional[BaseException] = None
+        self.shared_objects: List[Dict[str, Any]] = []  # every shared object found, for the torch link check
         self.thread = threading.Thread(target=self._run, args=(paths, first, editable, scanner, environ),
                                        name="gpudoctor-kernel-scan", daemon=True)
         self.thread.start()
@@ -666,7 +672,7 @@ class _KernelScan:
     def _run(self, paths, first, editable, scanner, environ) -> None:
         try:
             self.facts = _sibling("gpudoctor_kernel_scan", "kernel_scan.py").collect(paths, first, editable, scanner, environ,
-                                                                                     save=False)
+                                                                                     save=False, shared_objects=self.shared_objects)
         except Exception as exc:  # the scan's bug must not cost the other facts
             self.error = exc
 

@@ -21,7 +21,7 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from gpudoctor import bounded, runner
-from gpudoctor.probes import coldstart, elf, fatbin, flash_attn, forks, kernel_scan, pyenv, scancache, vllm_build, vllm_kernels
+from gpudoctor.probes import coldstart, elf, fatbin, flash_attn, forks, kernel_scan, pyenv, scancache, torch_links, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
@@ -109,6 +109,7 @@ _load("gpudoctor_coldstart", {coldstart})
 _pyenv = _load("gpudoctor_pyenv", {pyenv})
 _scancache = _load("gpudoctor_scancache", {scancache})
 _kernel_scan = _load("gpudoctor_kernel_scan", {kernel_scan})
+_load("gpudoctor_torch_links", {torch_links})
 _extras = [_lazy("gpudoctor_flash_attn", {flash_attn}, {fa_gate}), _lazy("gpudoctor_vllm_build", {vllm_build}, {vb_gate}),
            _lazy("gpudoctor_vllm_kernels", {vllm_kernels}, {vk_gate})]
 sys.exit(_pyenv.main(sys.argv[1:], scanner=_fatbin.scan, extras=_extras))
@@ -133,7 +134,7 @@ def bootstrap(environ=None) -> str:
     code_dir = os.path.join(where, "probe-code") if where else ""
     return _BOOTSTRAP.format(code_dir=ascii(code_dir), elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)),
                              forks=ascii(_source(forks)), coldstart=ascii(_source(coldstart)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
-                             kernel_scan=ascii(_source(kernel_scan)),
+                             kernel_scan=ascii(_source(kernel_scan)), torch_links=ascii(_source(torch_links)),
                              flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)),
                              vllm_kernels=ascii(_source(vllm_kernels)),
                              fa_gate=_gate(flash_attn), vb_gate=_gate(vllm_build), vk_gate=_gate(vllm_kernels))
@@ -142,7 +143,7 @@ def bootstrap(environ=None) -> str:
 # The modules of _BOOTSTRAP, by the names it loads them under.
 _BOOTSTRAPPED = (("gpudoctor_elf", elf), ("gpudoctor_fatbin", fatbin), ("gpudoctor_forks", forks), ("gpudoctor_coldstart", coldstart),
                  ("gpudoctor_pyenv", pyenv), ("gpudoctor_scancache", scancache), ("gpudoctor_kernel_scan", kernel_scan),
-                 ("gpudoctor_flash_attn", flash_attn), ("gpudoctor_vllm_build", vllm_build), ("gpudoctor_vllm_kernels", vllm_kernels))
+                 ("gpudoctor_torch_links", torch_links), ("gpudoctor_flash_attn", flash_attn), ("gpudoctor_vllm_build", vllm_build), ("gpudoctor_vllm_kernels", vllm_kernels))
 
 
 def seed_code(environ) -> None:
@@ -324,6 +325,7 @@ def _failed(python: str, status: str, detail: str, source: str) -> Dict[str, Fac
         "packages.stack": fact,
         "kernels.binaries": fact,
         "kernels.scan": fact,
+        "torch.extensions": fact,
         "flash_attn.variants": fact,
         "flash_attn.namespace": fact,
         "vllm.build": fact,

@@ -1,0 +1,307 @@
+"""probes/torch_links.py and GD508 on shared objects made by the real compiler and linker.
+
+A "torch" whose libc10.so defines c10 symbols under their real mangled names (C functions with
+asm labels: the same .dynsym / .gnu.hash the C++ compiler would write), and extensions that need
+them: one built for this torch, one with the other C++ ABI (std::string as ``Ss``), one that
+wants a libcudart.so.12 that is not there. The real torch wheel and a real C++ extension are in
+tests/real/test_real_torch_links.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.knowledge.cxx_symbols import abi_hint, demangle
+from gpudoctor.probes import fatbin, pyenv, scancache, torch_links
+
+from test_pystack_env import TORCH_VERSION_PY, SitePackages
+from test_pystack_rules import snapshot_of
+from helpers import findings, outcome
+
+CXX11 = "_ZN3c106detail23torchInternalAssertFailEPKcS2_jS2_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+OLD_ABI = "_ZN3c106detail23torchInternalAssertFailEPKcS2_jS2_RKSs"
+CHECK = "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+CPU_TORCH = TORCH_VERSION_PY.replace("'13.0'", "None").replace("+cu130", "+cpu")
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to make the ELF files")
+
+
+def cc(out: Path, source: str, *args: str) -> Path:
+    src = out.with_suffix(".c")
+    src.write_text(source, encoding="utf-8")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src), *args], check=True, capture_output=True)
+    src.unlink()
+    return out
+
+
+def libc10(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    defs = "".join(f'void f{i}(void) __asm__("{name}");\nvoid f{i}(void) {{}}\n' for i, name in enumerate((CXX11, CHECK)))
+    # plenty of other symbols, so the GNU hash table has real buckets and chains
+    defs += "".join(f"void _ZN3c104misc{i}f{i}v(void) {{}}\n" for i in range(300))
+    return cc(directory / "libc10.so", defs, "-Wl,-soname,libc10.so", "-Wl,--hash-style=gnu")
+
+
+def extension(out: Path, symbols, torch_lib: Path, *extra: str) -> Path:
+    decls = "".join(f'extern void u{i}(void) __asm__("{name}");\n' for i, name in enumerate(symbols))
+    calls = "".join(f"u{i}();" for i in range(len(symbols)))
+    return cc(out, decls + f"void call(void) {{ {calls} }}\n", f"-L{torch_lib}", "-Wl,--no-as-needed", "-lc10", *extra)
+
+
+@pytest.fixture
+def built(tmp_path):
+    """(site, torch/lib) with the fake torch installed; extensions are added by each test."""
+    site = SitePackages(tmp_path / "site-packages")
+    site.torch(version_py=CPU_TORCH, lib=None)
+    lib = site.path / "torch" / "lib"
+    (lib / "libc10.so").unlink()
+    libc10(lib)
+    return site, lib
+
+
+def install(site: SitePackages, lib: Path, name: str, version: str, symbols, *extra: str, requires=()) -> str:
+    rel = f"{name}/_C.cpython-311-x86_64-linux-gnu.so"
+    scratch = site.path.parent / f"{name}.so"
+    extension(scratch, symbols, lib, *extra)
+    site.dist(name, version, requires=requires, files={rel: scratch, f"{name}/__init__.py": ""})
+    return str(site.path / rel)
+
+
+def extensions_fact(site: SitePackages) -> dict:
+    facts = pyenv.collect_plain([str(site.path)], "stack", fatbin.scan)
+    fact = facts["torch.extensions"]
+    assert fact["status"] == "ok", fact
+    return fact["value"]
+
+
+def test_extension_built_for_this_torch_has_nothing_missing(built):
+    site, lib = built
+    path = install(site, lib, "goodext", "1.0", [CXX11, CHECK])
+    value = extensions_fact(site)
+    [entry] = value["extensions"]
+    assert entry["path"] == path and entry["dist"] == "goodext"
+    assert entry["symbols"] == {"status": "ok", "checked": 2, "missing_count": 0, "missing": [], "cxx11_abi": True}
+    assert "unresolved" not in entry
+
+
+def test_other_cxx_abi_is_missing_symbols_and_gd508_fails(built):
+    site, lib = built
+    install(site, lib, "badext", "0.3+cu128torch2.7cxx11abiFALSE", [OLD_ABI, CHECK], requires=["torch==2.7.0"])
+    value = extensions_fact(site)
+    [entry] = value["extensions"]
+    assert entry["symbols"]["missing"] == [OLD_ABI] and entry["symbols"]["missing_count"] == 1
+    assert entry["symbols"]["cxx11_abi"] is True  # CHECK is a __cxx11 symbol; the hint is per symbol
+    snap = snapshot_of(site)
+    [finding] = findings(snap, "GD508")
+    text = finding.message
+    assert "badext 0.3+cu128torch2.7cxx11abiFALSE will not load with torch 2.11.0+cpu" in text
+    assert "c10::detail::torchInternalAssertFail(…)" in text and OLD_ABI in text
+    assert "_GLIBCXX_USE_CXX11_ABI mismatch" in text
+    assert "cxx11abiFALSE" in text and "requires torch==2.7.0" in text
+    commands = " ".join(finding.fix.commands)
+    assert "'badext!=0.3+cu128torch2.7cxx11abiFALSE' torch==2.11.0" in commands
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in commands
+
+
+def test_missing_cudart_is_found_and_symbols_cached(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    scancache.forget()
+    site, lib = built
+    # torch's CUDA library loads libcudart.so.13 from the nvidia wheel's directory, through its RPATH
+    nvidia = site.path / "nvidia" / "cu13" / "lib"
+    nvidia.mkdir(parents=True)
+    cc(nvidia / "libcudart.so.13", "void cudaMalloc(void) {}\n", "-Wl,-soname,libcudart.so.13")
+    cc(lib / "libtorch_cuda.so", "void tc(void) {}\n", f"-L{nvidia}", "-Wl,--no-as-needed", "-l:libcudart.so.13",
+       "-Wl,-rpath,$ORIGIN/../../nvidia/cu13/lib", "-Wl,--disable-new-dtags")
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    cc(stub / "libcudart.so.12", "void cudaMalloc(void) {}\n", "-Wl,-soname,libcudart.so.12")
+    install(site, lib, "cu12ext", "2.0", [CXX11], f"-L{stub}", "-Wl,--no-as-needed", "-l:libcudart.so.12")
+    value = extensions_fact(site)
+    [entry] = value["extensions"]
+    assert entry["unresolved"] == ["libcudart.so.12"]
+    assert value["stats"]["symbol_checks_read"] == 1
+    assert "libcudart.so.13" in value["torch_loads"]
+    [finding] = findings(snapshot_of(site), "GD508")
+    assert "needs libcudart.so.12, which the loader will not find (torch loads libcudart.so.13)" in finding.message
+    assert "--no-build-isolation" in " ".join(finding.fix.commands)  # no torch pin: a rebuild
+    scancache.forget()
+    again = extensions_fact(site)
+    assert again["stats"]["symbol_checks_read"] == 0 and again["stats"]["files_read"] == 0
+    assert again["extensions"] == value["extensions"]
+    # LD_LIBRARY_PATH names where it is: the loader finds it, so does the check
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(stub))
+    assert "unresolved" not in extensions_fact(site)["extensions"][0]
+    scancache.forget()
+
+
+def test_runpath_with_origin_resolves(built):
+    site, lib = built
+    rel = site.path / "rpext" / "libs"
+    rel.mkdir(parents=True)
+    cc(rel / "libhelper.so", "void helper(void) {}\n", "-Wl,-soname,libhelper.so")
+    install(site, lib, "rpext", "1.0", [CXX11], f"-L{rel}", "-Wl,--no-as-needed", "-lhelper", "-Wl,-rpath,$ORIGIN/libs", "-Wl,--enable-new-dtags")
+    [entry] = extensions_fact(site)["extensions"]
+    assert "libhelper.so" in entry["needed"] and "unresolved" not in entry
+
+
+def test_unreadable_torch_library_gives_no_verdict(built):
+    site, lib = built
+    install(site, lib, "anyext", "1.0", [OLD_ABI])
+    (lib / "libtorch_cpu.so").write_bytes(b"not an ELF file")
+    value = extensions_fact(site)
+    [entry] = value["extensions"]
+    assert entry["symbols"]["status"] == "error" and "libtorch_cpu.so" in entry["symbols"]["detail"]
+    result = outcome(snapshot_of(site), "GD508")
+    assert result.status == "unknown"
+
+
+def test_no_torch_linked_extension_is_not_applicable(built):
+    site, _ = built
+    assert outcome(snapshot_of(site), "GD508").status == "not_applicable"
+
+
+def test_demangle_and_hints():
+    assert demangle(OLD_ABI) == "c10::detail::torchInternalAssertFail(…)"
+    assert demangle("_ZTIN3c105ErrorE") == "typeinfo for c10::Error"
+    assert demangle("_ZNK2at10TensorBase8data_ptrIfEEPT_v") == "at::TensorBase::data_ptr<…>(…)"
+    assert demangle("_ZN3c1010TensorImplC2ENS_8DispatchKeyE") == "c10::TensorImpl::TensorImpl(…)"
+    assert demangle("not_mangled") is None
+    assert "_GLIBCXX_USE_CXX11_ABI=0" in abi_hint(OLD_ABI, True)
+    assert abi_hint(CXX11, True) is None and "_GLIBCXX_USE_CXX11_ABI=1" in abi_hint(CXX11, False)
+    assert torch_links._torch_symbol().match(b"_ZNK2at10TensorBase8data_ptrIfEEPT_v")
+    assert not torch_links._torch_symbol().match(b"_ZNSt6vectorIiSaIiEE9push_backERKi")
+
+
+# --- explain: the error text confirmed from these facts ---------------------------------------
+def _verdict(text: str, snap) -> tuple:
+    from gpudoctor import explain
+
+    [match] = [m for m in explain.diagnose(text).matches if m.signature.role == "cause"]
+    result = explain.confirm(match.signature, snap)
+    return match.signature.id, result.verdict, [c.rule for c in result.checks if c.kind == explain.CONFIRMED]
+
+
+def test_explain_confirms_undefined_symbol_where_it_fails(built):
+    site, lib = built
+    path = install(site, lib, "badext", "0.3", [OLD_ABI])
+    text = f"ImportError: {path}: undefined symbol: {OLD_ABI}"
+    sig, verdict, by = _verdict(text, snapshot_of(site))
+    assert (sig, verdict, by) == ("SIG-torch-extension-undefined-symbol", "confirmed", ["GD508"])
+
+
+def test_explain_torchvision_ops_confirmed_by_its_own_finding(built):
+    site, lib = built
+    install(site, lib, "torchvision", "0.27.0", [OLD_ABI], requires=["torch==2.12.0"])
+    sig, verdict, by = _verdict("RuntimeError: operator torchvision::nms does not exist", snapshot_of(site))
+    assert sig == "SIG-torchvision-ops-missing" and verdict == "confirmed" and "GD508" in by
+
+
+def test_explain_torchvision_not_confirmed_by_another_extension(built):
+    site, lib = built
+    install(site, lib, "otherext", "1.0", [OLD_ABI])
+    install(site, lib, "torchvision", "0.26.0", [CXX11], requires=["torch==2.11.0"])
+    _, verdict, by = _verdict("RuntimeError: operator torchvision::nms does not exist", snapshot_of(site))
+    assert verdict != "confirmed" and by == []
+
+
+def test_names_of_torch_libraries_and_versioned_libraries():
+    assert torch_links.torch_library("libc10.so") and torch_links.torch_library("libtorch_cuda.so")
+    assert torch_links.torch_library("libshm.so") and not torch_links.torch_library("libcudart.so.12")
+    assert not torch_links.torch_library("libtorchaudio_ffmpeg") and not torch_links.torch_library("libc.so.6")
+    assert not torch_links.torch_library("libtorchcodec_core4.so") and not torch_links.torch_library("libtorchaudio.so")
+    assert torch_links.torch_library("libc10_cuda.so") and torch_links.torch_library("libtorch_cuda_linalg.so")
+    assert torch_links.versioned("/x/nvidia/cublas/lib/libcublas.so.13") and torch_links.versioned("/x/libnccl.so.2.21.5")
+    assert not torch_links.versioned("/x/vllm/_C.abi3.so") and not torch_links.versioned("/x/y.so.d/_C.so")
+
+
+def test_torch_symbol_defined_by_its_own_library_beside_it_is_not_missing(built):
+    site, lib = built
+    beside = site.path / "helperext" / "libs"
+    beside.mkdir(parents=True)
+    cc(beside / "libhelper.so", f'void h(void) __asm__("{OLD_ABI}");\nvoid h(void) {{}}\n', "-Wl,-soname,libhelper.so")
+    install(site, lib, "helperext", "1.0", [OLD_ABI, CXX11], f"-L{beside}", "-Wl,--no-as-needed", "-lhelper",
+            "-Wl,-rpath,$ORIGIN/libs")
+    [entry] = extensions_fact(site)["extensions"]
+    assert entry["symbols"]["missing_count"] == 0 and entry["symbols"]["checked"] == 2
+
+
+# --- --deep: each torch extension loaded in a child after import torch ---------------------------
+TORCH_INIT = """import ctypes, os
+__version__ = "2.11.0+cpu"
+# what the real torch does first: its libraries into the process, found by soname afterwards
+ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libc10.so"), mode=ctypes.RTLD_GLOBAL)
+"""
+
+
+def deep_snapshot(site):
+    import types
+
+    from gpudoctor.probes import deep_ext
+
+    (site.path / "torch" / "__init__.py").write_text(TORCH_INIT, encoding="utf-8")
+    snap = snapshot_of(site)
+    ctx = types.SimpleNamespace(python=None, live=True, timeout=30.0, environ={"PYTHONPATH": str(site.path)}, deadline=None)
+    fact = deep_ext.load(snap, ctx)["torch.extensions_load"]
+    snap.facts["torch.extensions_load"] = fact
+    return snap, fact
+
+
+def test_deep_quotes_the_loader_for_the_other_abi_and_loads_the_right_one(built):
+    site, lib = built
+    bad = install(site, lib, "badext", "0.3", [OLD_ABI])
+    good = install(site, lib, "goodext", "1.0", [CXX11])
+    snap, fact = deep_snapshot(site)
+    assert fact.status == "ok" and fact.value["torch"] == {"status": "ok", "version": "2.11.0+cpu"}
+    by_path = {e["path"]: e for e in fact.value["extensions"]}
+    assert by_path[good]["status"] == "ok"
+    assert by_path[bad]["status"] == "error" and by_path[bad]["undefined_symbol"] == OLD_ABI
+    assert f"undefined symbol: {OLD_ABI}" in by_path[bad]["error"]
+    [finding] = findings(snap, "GD508")
+    assert finding.subject == "badext" and finding.severity == "error"
+    assert f'--deep confirms: loading _C.cpython-311-x86_64-linux-gnu.so after import torch fails with "{bad}: undefined symbol: {OLD_ABI}"' \
+        in finding.message
+
+
+def test_deep_load_that_succeeds_turns_the_static_finding_into_a_warning(built):
+    site, lib = built
+    path = install(site, lib, "lazyext", "1.0", [OLD_ABI])
+    snap, fact = deep_snapshot(site)
+    # the static check says OLD_ABI is missing; pretend the loader found it (a symbol another library gave it)
+    fact.value["extensions"] = [{"path": path, "status": "ok"}]
+    [finding] = findings(snap, "GD508")
+    assert finding.severity == "warning" and "--deep: _C.cpython-311-x86_64-linux-gnu.so does load after import torch" in finding.message
+
+
+def test_a_library_outside_the_torch_stack_that_is_absent_is_not_reported(built, tmp_path):
+    """torchcodec ships a core library per FFmpeg major and loads the one whose FFmpeg is there."""
+    site, lib = built
+    stub = tmp_path / "ffmpeg"
+    stub.mkdir()
+    cc(stub / "libavcodec.so.58", "void av(void) {}\n", "-Wl,-soname,libavcodec.so.58")
+    install(site, lib, "codec", "0.17.0", [CXX11], f"-L{stub}", "-Wl,--no-as-needed", "-l:libavcodec.so.58")
+    [entry] = extensions_fact(site)["extensions"]
+    assert "libavcodec.so.58" in entry["needed"] and "unresolved" not in entry
+    assert outcome(snapshot_of(site), "GD508").status == "pass"
+
+
+def test_a_bundle_of_builds_per_torch_release_is_judged_by_the_one_for_this_torch(built):
+    """torch-c-dlpack-ext ships libtorch_c_dlpack_addon_torch24 … torch29 and loads the one for its torch."""
+    site, lib = built
+    files = {}
+    for tag, symbols in (("torch24", [OLD_ABI]), ("torch29", [OLD_ABI]), ("torch211", [CXX11])):
+        scratch = site.path.parent / f"addon_{tag}.so"
+        extension(scratch, symbols, lib)
+        files[f"dlpack_addon/libaddon_{tag}-cpu.so"] = scratch
+    site.dist("dlpack-addon", "0.1.5", files=files)
+    assert len(extensions_fact(site)["extensions"]) == 3
+    assert outcome(snapshot_of(site), "GD508").status == "pass"  # torch 2.11: only the torch211 build is loaded
+    scratch = site.path.parent / "addon_broken.so"
+    extension(scratch, [OLD_ABI], lib)
+    (site.path / "dlpack_addon" / "libaddon_torch211-cpu.so").write_bytes(scratch.read_bytes())
+    [finding] = findings(snapshot_of(site), "GD508")
+    assert "libaddon_torch211-cpu.so needs 1 torch symbol" in finding.message
