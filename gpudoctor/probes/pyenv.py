@@ -37,7 +37,7 @@ SOURCE = "torch/version.py"
 STACK = (
     "torch", "torchvision", "torchaudio", "vllm", "flashinfer-python", "flashinfer-cubin",
     "flashinfer-jit-cache", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "triton",
-    "transformers",
+    "transformers", "sglang", "sglang-kernel",
 )
 # RECORD entries worth a stat: what an import or a kernel load needs. Headers, CMake files and
 # bytecode are skipped (torch alone lists ~9,000 headers; checking all of RECORD costs ~50 ms).
