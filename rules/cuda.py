@@ -10,7 +10,7 @@ from gpudoctor.knowledge.gpus import describe_archs, gpus_to_judge, kernel_suppo
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Passed, Unknown, rule
 
 from .driver import TOOLKIT_DRIVER, version_tuple
-from .engine_kernels import sglang_extensions, sglang_scope
+from .engine_kernels import SGLang, sglang_scope
 from .kernel_fixes import kernel_fix, loader_says
 
 # Newest host compiler each CUDA release accepts (include/crt/host_config.h in NVIDIA's own
@@ -295,7 +295,8 @@ def kernel_image_missing(snap):
     for those GPUs alone, as is one built only for newer GPUs beside one of its wheel that runs here.
     For SGLang, sgl_kernel's own loader is read (rules/engine_kernels.py): the `common_ops` it
     picks for the GPU (`sm90/` on 9.0, `sm100/` elsewhere) is needed, the other is not used there,
-    and `flash_ops` (its FA3) only on the cc majors `is_fa3_supported` names.
+    and `flash_ops` (its FA3) only on the cc majors `is_fa3_supported` names; a package SGLang
+    imports only under try/except (DeepEP) is an optional backend, not an error of the install.
 
     With `--deep`, each such binary is also loaded in a child interpreter (`ctypes.CDLL`,
     nothing launched) and the finding quotes the loader: a binary that does not even load
@@ -333,7 +334,7 @@ def kernel_image_missing(snap):
     versions = snap.value("packages.dists") or {}
     vllm_exts = _vllm_extensions(snap)
     required = [b for b in binaries if (vllm_exts.get(str(b.get("path"))) or {}).get("role") == "required"]
-    sgl_exts, sgl_loader = sglang_extensions(snap)
+    sglang = SGLang(snap)
     fails: List[Fail] = []
     unread: List[str] = []
     skipped: List[str] = []
@@ -348,7 +349,7 @@ def kernel_image_missing(snap):
                 continue
             if _runs(binary, gpu["cc"]):
                 continue
-            verdict, why = sglang_scope(binary, gpu["cc"], sgl_exts, sgl_loader, binaries)  # sgl_kernel's loader and gates
+            verdict, why = sglang_scope(binary, gpu["cc"], sglang, binaries)  # sgl_kernel's loader and gates, SGLang's optional imports
             if verdict is None:
                 why = _out_of_scope(binary, gpu["cc"], vllm_exts, required, binaries) or _release_covers(binary, gpu["cc"], binaries)
             if why:

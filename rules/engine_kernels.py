@@ -8,7 +8,10 @@ probes/sglang_kernels.py (``sglang.extensions``), read from sgl_kernel's install
 imported guarded or lazily by the code that uses it
 (https://github.com/sgl-project/sglang/blob/main/sgl-kernel/python/sgl_kernel/load_utils.py).
 A file the loader does not pick on a GPU is not used there, whatever code it carries; the one
-it picks is needed, and without code for the GPU it is an error.
+it picks is needed, and without code for the GPU it is an error. A package SGLang imports only
+under ``try: … except Exception`` and runs without (DeepEP: sglang/srt/layers/moe/token_dispatcher/
+deepep.py, "defer any failure to the first DeepEP use so other models still start") is an
+optional backend: its missing code is not an error of the install (fact ``sglang.optional_imports``).
 """
 
 from __future__ import annotations
@@ -18,19 +21,34 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor.knowledge.gpus import describe_archs
 
+from . import engines
 from .driver import version_tuple
 
 Verdict = Tuple[Optional[str], Optional[str]]  # ("needed", None) | ("skip", why) | (None, None): not sgl_kernel's
 
 
-def sglang_extensions(snap) -> Tuple[Dict[str, Dict[str, Any]], Optional[Dict[str, Any]]]:
-    """(path -> extension, the loader's branches or None) from ``sglang.extensions``."""
-    value = snap.value("sglang.extensions")
-    if not isinstance(value, dict):
-        return {}, None
-    exts = {str(e["path"]): e for e in value.get("extensions") or [] if isinstance(e, dict) and isinstance(e.get("path"), str)}
-    loader = value.get("loader") if isinstance(value.get("loader"), dict) else None
-    return exts, loader
+class SGLang:
+    """What GD201 needs of SGLang: sgl_kernel's extensions by path, its loader's branches, and the
+    packages SGLang imports only under try/except (when no other engine is installed that might
+    import them otherwise: vLLM's imports of other packages are not read)."""
+
+    def __init__(self, snap) -> None:
+        value = snap.value("sglang.extensions")
+        value = value if isinstance(value, dict) else {}
+        self.exts = {str(e["path"]): e for e in value.get("extensions") or [] if isinstance(e, dict) and isinstance(e.get("path"), str)}
+        self.loader = value.get("loader") if isinstance(value.get("loader"), dict) else None
+        optional = snap.value("sglang.optional_imports")
+        alone = [e["dist"] for e in engines.installed(snap)] == ["sglang"]
+        self.optional = {str(k): v for k, v in optional.items() if isinstance(v, list)} if isinstance(optional, dict) and alone else {}
+
+
+def _optional_package(binary: Dict[str, Any], sglang: "SGLang") -> Verdict:
+    package = str(binary.get("package") or "")
+    sites = sglang.optional.get(package)
+    if not sites:
+        return None, None
+    return "skip", (f"{package} ({binary.get('dist') or '?'}): SGLang imports it only under try/except ({', '.join(sites[:2])}) "
+                    "and runs without it: an optional backend, loaded only when asked for")
 
 
 def _cc_number(cc: str) -> Optional[int]:
@@ -74,12 +92,12 @@ def _archs(binary: Dict[str, Any]) -> frozenset:
     return frozenset(out)
 
 
-def sglang_scope(binary: Dict[str, Any], cc: str, exts: Dict[str, Dict[str, Any]], loader: Optional[Dict[str, Any]],
-                 binaries: List[Dict[str, Any]]) -> Verdict:
-    """Whether sgl_kernel uses ``binary`` on a GPU of ``cc`` (one without code for it)."""
+def sglang_scope(binary: Dict[str, Any], cc: str, sglang: SGLang, binaries: List[Dict[str, Any]]) -> Verdict:
+    """Whether SGLang uses ``binary`` on a GPU of ``cc`` (one without code for it)."""
+    exts, loader = sglang.exts, sglang.loader
     ext = exts.get(str(binary.get("path")))
     if ext is None:
-        return None, None
+        return _optional_package(binary, sglang)
     module = ext.get("module")
     branch = loaded_branch(loader, cc)
     if ext.get("role") == "loader":

@@ -247,3 +247,56 @@ def test_a_v100_is_the_true_error(tmp_path):
     [finding] = gd201(site, "7.0", "V100").findings
     assert "sgl_kernel/sm100/common_ops.abi3.so (sm_80, sm_100, sm_120, compute_100, compute_120)" in finding.message
     assert "sm90/" not in finding.message and "flash_ops" not in finding.message
+
+
+# sglang/srt/layers/moe/token_dispatcher/deepep.py of SGLang 0.5.23, lines 48-64 (verbatim).
+DEEPEP_DISPATCHER = '''_deepep_import_error: Optional[BaseException] = None
+try:
+    if _use_zbal:
+        from zbal.zbal.deepep_adaptor import Config
+        from zbal.zbal_buffer import Buffer
+    else:
+        from deep_ep import Buffer, Config
+
+    if not _is_npu:
+        from sglang.kernels.ops.quantization.fp8_kernel import (
+            sglang_per_token_group_quant_fp8,
+        )
+
+    use_deepep = True
+except Exception as exc:
+    # deep_ep's import-time host checks raise more than ImportError; defer any
+    # failure to the first DeepEP use so other models still start.
+'''
+
+
+def install_sglang_with_deep_ep(site, dispatcher=DEEPEP_DISPATCHER):
+    site.dist("sgl-deep-ep", "0.1.2.post1", files={"deep_ep/__init__.py": "", "deep_ep/_C.cpython-311-x86_64-linux-gnu.so": CONCAT})
+    site.dist("sglang", "0.5.23", requires=["sgl-deep-ep==0.1.2.post1"], files={
+        "sglang/__init__.py": "", "sglang/srt/layers/moe/token_dispatcher/deepep.py": dispatcher})
+
+
+def test_a_package_sglang_imports_only_under_try_is_an_optional_backend(tmp_path):
+    site = SitePackages(tmp_path / "site")
+    install_sgl_kernel(site)
+    install_sglang_with_deep_ep(site)
+    facts = facts_of(site)
+    assert facts["sglang.optional_imports"]["value"] == {"deep_ep": ["sglang/srt/layers/moe/token_dispatcher/deepep.py:7"]}
+    result = gd201(site, "8.0", "A100")  # deep_ep/_C has sm_90a and newer only
+    assert result.status == "pass", [f.message for f in result.findings]
+    assert ("deep_ep (sgl-deep-ep): SGLang imports it only under try/except (sglang/srt/layers/moe/token_dispatcher/deepep.py:7) "
+            "and runs without it") in result.reason
+
+
+def test_imported_unguarded_or_beside_vllm_it_is_judged_as_before(tmp_path):
+    site = SitePackages(tmp_path / "site")
+    install_sgl_kernel(site)
+    install_sglang_with_deep_ep(site, dispatcher="from deep_ep import Buffer, Config\n")
+    [finding] = gd201(site, "8.0", "A100").findings
+    assert finding.message.startswith("sgl-deep-ep 0.1.2.post1 has no code for GPU 0 (A100, cc 8.0)")
+    site2 = SitePackages(tmp_path / "site2")
+    install_sgl_kernel(site2)
+    install_sglang_with_deep_ep(site2)
+    site2.dist("vllm", "0.33.0", files={"vllm/__init__.py": ""})  # vLLM's own imports of deep_ep are not read: not decidable
+    [finding] = gd201(site2, "8.0", "A100").findings
+    assert finding.subject == "sgl-deep-ep / GPU 0"
