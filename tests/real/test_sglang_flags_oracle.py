@@ -11,6 +11,10 @@ parser must import; the GPU packages stay out) builds its real server parser the
 - 90 commands (real flags, unique and ambiguous abbreviations, misspellings), judged by the
   oracle with the value types and choices taken out (only the flag names are compared; values are
   another rule's): 0 false blocks, and every command the oracle refuses for a flag is blocked.
+
+Measured (sglang 0.5.23): 561 option strings on both sides, equal sets; of the 90 commands SGLang's
+parser refuses 43 and gpudoctor blocks the same 43, 0 false blocks. The CPU venv took 712 s to build
+on a loaded 2-core box; the test 203 s (two imports of sglang.srt.server_args).
 """
 
 import json
