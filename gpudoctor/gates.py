@@ -81,7 +81,12 @@ def summary_lines(outcomes: Sequence, fail_on: str) -> List[str]:
 
 
 def preflight_notes(snapshot) -> List[str]:
-    """A loud note when the launch command's flags could not be checked against any vLLM."""
+    """A loud note when the launch command's flags could not be checked against any vLLM; for an SGLang
+    command, what was checked and what not (printed, not only under -v)."""
+    if snapshot.value("launch.kind") == "sglang-serve":
+        return _sglang_notes(snapshot)
+    if str(snapshot.value("launch.kind") or "").startswith("sglang"):
+        return ["An SGLang command that is not a server (`sglang serve`, `python -m sglang.launch_server`): its flags were NOT checked."]
     fact = snapshot.get("launch.vllm")
     if fact.ok or "launch.command" not in snapshot.facts:
         return []
@@ -92,6 +97,18 @@ def preflight_notes(snapshot) -> List[str]:
         "`gpudoctor preflight --python /path/to/venv/bin/python -- vllm serve …` or "
         "`gpudoctor preflight -- /path/to/venv/bin/vllm serve …` (with --snapshot, the command's vLLM is still read on this machine)."
     ]
+
+
+def _sglang_notes(snapshot) -> List[str]:
+    fact = snapshot.get("launch.sglang")
+    if not fact.ok:
+        why = fact.detail or fact.describe()
+        return [f"SGLang server command: its flags were NOT checked: {why}. Point preflight at SGLang's environment: "
+                "`gpudoctor preflight --python /path/to/venv/bin/python -- sglang serve …`."]
+    info = fact.value if isinstance(fact.value, dict) else {}
+    return [f"SGLang server command: flags checked against SGLang {info.get('version') or '?'}'s server arguments "
+            f"({info.get('flags', '?')} flags, read from its source) and the port; parallelism, memory, the model's config, "
+            "speculative settings and parser names are not checked for SGLang yet."]
 
 
 def _first_clause(reason: str) -> str:

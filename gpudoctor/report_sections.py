@@ -20,6 +20,7 @@ ROW_LIMIT = 40  # rows of one process table
 # processes., server.), whatever their shape; and the stack's distributions as the
 # Python-environment probe lists them (packages.stack).
 VLLM_DISTS = ("vllm",)
+SGLANG_DISTS = ("sglang", "sglang-kernel")
 FLASH_ATTN_DISTS = ("flash-attn", "flash-attn-3", "flash-attn-4")
 OTHER_DISTS = ("flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "xformers", "triton", "transformers",
                "torchvision", "torchaudio")
@@ -95,7 +96,13 @@ def version_rows(snapshot: Snapshot) -> List[Dict[str, str]]:
     arch = snapshot.get("torch.arch_list")
     if "torch.arch_list" in snapshot.facts:
         add("", "torch.arch_list", _clip(summary(arch.value), CELL_LIMIT) if arch.ok else None)
+    engines = snapshot.get("engines.installed")
+    if engines.ok:
+        add("Inference engines", "engines.installed", ", ".join(f"{e.get('engine')} {e.get('version')}" for e in engines.value
+                                                                 if isinstance(e, dict)) or "none installed")
     _group(snapshot, "vLLM", "vllm.", VLLM_DISTS, rows)
+    if any(isinstance(e, dict) and e.get("engine") == "SGLang" for e in engines.value or []) or snapshot.get("sglang.extensions").ok:
+        _group(snapshot, "SGLang", "sglang.", SGLANG_DISTS, rows)
     _group(snapshot, "flash-attn variants", "flash_attn.", FLASH_ATTN_DISTS, rows)
     stack = snapshot.value("packages.stack")
     if isinstance(stack, dict):

@@ -10,6 +10,7 @@ from gpudoctor.knowledge.gpus import describe_archs, gpus_to_judge, kernel_suppo
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Passed, Unknown, rule
 
 from .driver import TOOLKIT_DRIVER, version_tuple
+from .engine_kernels import SGLang, sglang_scope
 from .kernel_fixes import kernel_fix, loader_says
 
 # Newest host compiler each CUDA release accepts (include/crt/host_config.h in NVIDIA's own
@@ -292,6 +293,10 @@ def kernel_image_missing(snap):
     FlashMLA: vLLM's CMakeLists builds each for the archs it serves) is not applicable on the
     other GPUs. Elsewhere, a library with nothing but arch-specific (`sm_90a`) code is meant
     for those GPUs alone, as is one built only for newer GPUs beside one of its wheel that runs here.
+    For SGLang, sgl_kernel's own loader is read (rules/engine_kernels.py): the `common_ops` it
+    picks for the GPU (`sm90/` on 9.0, `sm100/` elsewhere) is needed, the other is not used there,
+    and `flash_ops` (its FA3) only on the cc majors `is_fa3_supported` names; a package SGLang
+    imports only under try/except (DeepEP) is an optional backend, not an error of the install.
 
     With `--deep`, each such binary is also loaded in a child interpreter (`ctypes.CDLL`,
     nothing launched) and the finding quotes the loader: a binary that does not even load
@@ -318,6 +323,7 @@ def kernel_image_missing(snap):
     - https://github.com/Dao-AILab/flash-attention/blob/main/setup.py
     - https://docs.flashinfer.ai/installation.html
     - https://docs.nvidia.com/cuda/cuda-compiler-driver-nvcc/index.html#gpu-feature-list
+    - https://github.com/sgl-project/sglang/blob/main/sgl-kernel/python/sgl_kernel/load_utils.py
     """
     gpus = gpus_to_judge(snap)
     if not gpus:
@@ -328,6 +334,7 @@ def kernel_image_missing(snap):
     versions = snap.value("packages.dists") or {}
     vllm_exts = _vllm_extensions(snap)
     required = [b for b in binaries if (vllm_exts.get(str(b.get("path"))) or {}).get("role") == "required"]
+    sglang = SGLang(snap)
     fails: List[Fail] = []
     unread: List[str] = []
     skipped: List[str] = []
@@ -342,7 +349,9 @@ def kernel_image_missing(snap):
                 continue
             if _runs(binary, gpu["cc"]):
                 continue
-            why = _out_of_scope(binary, gpu["cc"], vllm_exts, required, binaries) or _release_covers(binary, gpu["cc"], binaries)
+            verdict, why = sglang_scope(binary, gpu["cc"], sglang, binaries)  # sgl_kernel's loader and gates, SGLang's optional imports
+            if verdict is None:
+                why = _out_of_scope(binary, gpu["cc"], vllm_exts, required, binaries) or _release_covers(binary, gpu["cc"], binaries)
             if why:
                 skipped.append(f"{why} (not applicable on {_gpu_label(gpu)})")
                 continue

@@ -14,8 +14,9 @@ import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor.knowledge.gpus import gpus_to_judge, kernel_support
-from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
+from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Passed, Unknown, rule
 
+from . import engines
 from .driver import version_tuple
 
 # Prebuilt FA2 wheels on each GitHub release (https://github.com/Dao-AILab/flash-attention/releases, read from each tag's
@@ -243,6 +244,11 @@ def _clash_between(snap, first: str, second: str) -> Optional[Dict[str, Any]]:
     return None
 
 
+def _backend_hint(has_vllm: bool) -> List[str]:
+    """vLLM's attention backends that need no FlashAttention, when vLLM is the engine here."""
+    return ["vllm serve MODEL --attention-backend TRITON_ATTN  # or FLASHINFER"] if has_vllm else []
+
+
 @rule("GD401", "flash-attn-variant-unsupported-gpu", severity=ERROR, area="flash_attn", requires=("flash_attn.variants",))
 def flash_attn_variant_unsupported_gpu(snap):
     """A flash-attn variant is installed for a GPU it does not support.
@@ -258,6 +264,11 @@ def flash_attn_variant_unsupported_gpu(snap):
     of FA2, and with FA4 alone `flash_attn.ops` is gone (GD403). vLLM itself does not need
     any of these distributions: its attention uses the bundled `vllm.vllm_flash_attn`. Where
     the extension's fatbin shows it has no code for the GPU, GD201 reports that instead (once).
+    A variant that an installed engine requires (its own `Requires-Dist`, as installed: SGLang
+    0.5.23 requires `flash-attn-4>=4.0.0b18` on every GPU and uses FA4 on Hopper/Blackwell
+    only) is never reported here and never to be uninstalled: pip brought it as that engine's
+    dependency, and removing it breaks the engine; whether the engine's own kernels run on the
+    GPU is GD201's question.
 
     ## Fix
     Install the variant the GPU supports: FA2 on Ampere/Ada (8.x) and Blackwell workstation
@@ -269,6 +280,7 @@ def flash_attn_variant_unsupported_gpu(snap):
 
     ## References
     - https://github.com/Dao-AILab/flash-attention/issues/762;
+      https://pypi.org/project/sglang/0.5.23/ (Requires-Dist: flash-attn-4>=4.0.0b18);
       https://github.com/vllm-project/vllm/issues/8189,
       https://github.com/vllm-project/vllm/issues/13766,
       https://github.com/vllm-project/vllm/issues/12429.
@@ -281,7 +293,16 @@ def flash_attn_variant_unsupported_gpu(snap):
         return Unknown("no GPU compute capability known (use --gpu to name one)")
     py = _py(snap)
     fails = []
+    kept: List[str] = []
     fa2 = variants(snap, "fa2")
+    has_vllm = engines.is_installed(snap, "vllm")
+    required = {str(v.get("dist")): engines.requirers(snap, str(v.get("dist"))) for v in installed}
+    for entry in installed:
+        owners = required[str(entry.get("dist"))]
+        if owners:
+            kept.append(f"{_label(entry)} is required by " + ", ".join(f"{o} {v} ({r})" for o, v, r in owners[:3])
+                        + ": installed as its dependency, not judged against the GPU (GD201 judges the engine's own kernels)")
+    installed = [v for v in installed if not required[str(v.get("dist"))]]
     for gpu in gpus:
         cc = gpu["cc"]
         major, _ = _cc(cc)
@@ -296,7 +317,7 @@ def flash_attn_variant_unsupported_gpu(snap):
                     "with \"FlashAttention only supports Ampere GPUs or newer.\"",
                     ["flash_attn.variants", f"gpu.{gpu['index']}.compute_capability"],
                     Fix(f"Use an attention backend that supports {sm}; the right variant here: {right_variant(cc)}.",
-                        [f"{py} -m pip uninstall -y flash-attn", "vllm serve MODEL --attention-backend TRITON_ATTN  # or FLASHINFER"]),
+                        [f"{py} -m pip uninstall -y flash-attn"] + _backend_hint(has_vllm)),
                     subject=f"{dist} / GPU {gpu['index']}"))
             elif variant == "fa3" and major != 9 and not _kernel_rule_reports(snap, dist, cc):
                 runs = _fa3_runs(snap, entry, cc) if major == 8 else None
@@ -312,8 +333,7 @@ def flash_attn_variant_unsupported_gpu(snap):
             elif variant == "fa4" and major < 9:
                 clash_with_fa2 = [f for f in fa2 if _clash_between(snap, f["dist"], dist)]
                 if major < 8:
-                    commands = [f"{py} -m pip uninstall -y {shlex.quote(dist)}",
-                                "vllm serve MODEL --attention-backend TRITON_ATTN  # or FLASHINFER"]
+                    commands = [f"{py} -m pip uninstall -y {shlex.quote(dist)}"] + _backend_hint(has_vllm)
                     summary = f"Uninstall {dist}; {right_variant(cc)}."
                 elif clash_with_fa2:
                     summary, install = fa2_install(snap, clash_with_fa2[0].get("version"))
@@ -325,18 +345,22 @@ def flash_attn_variant_unsupported_gpu(snap):
                 else:
                     install_summary, install = fa2_install(snap)
                     commands = [f"{py} -m pip uninstall -y {shlex.quote(dist)}"] + [
-                        f"{cmd}  # only if other code needs flash_attn (vLLM does not)" for cmd in install]
-                    summary = (f"Uninstall {dist}: vLLM uses its bundled FA2 on {sm}. If other code needs flash_attn "
+                        f"{cmd}  # only if other code needs flash_attn{' (vLLM does not)' if has_vllm else ''}" for cmd in install]
+                    summary = (f"Uninstall {dist}{': vLLM uses its bundled FA2 on ' + sm if has_vllm else ''}. If other code needs flash_attn "
                                f"(transformers flash_attention_2, trust_remote_code models), install FA2: {install_summary}")
                 fails.append(Fail(
-                    f"{_label(entry)} is FlashAttention-4, made for Hopper and Blackwell (vLLM uses FA4 only on cc 9.x-11.x), but "
-                    f"{where} is {'below 8.0' if major < 8 else 'Ampere/Ada'}: vLLM never uses it here"
+                    f"{_label(entry)} is FlashAttention-4, made for Hopper and Blackwell"
+                    + (" (vLLM uses FA4 only on cc 9.x-11.x)" if has_vllm else "") + ", but "
+                    f"{where} is {'below 8.0' if major < 8 else 'Ampere/Ada'}: "
+                    + ("vLLM never uses it here" if has_vllm else "no installed engine requires it")
                     + ("" if major < 8 else ", FA4 has no paged KV on SM8x")
                     + ("" if fa2 else ", and without FA2 `flash_attn.ops` does not exist (GD403)")
                     + f". The variant for this GPU: {right_variant(cc)}",
                     ["flash_attn.variants", f"gpu.{gpu['index']}.compute_capability"] + (["flash_attn.clashes"] if clash_with_fa2 else []),
                     Fix(summary, commands),
                     subject=f"{dist} / GPU {gpu['index']}"))
+    if not fails and kept:
+        return Passed("; ".join(kept))
     return fails
 
 
@@ -403,7 +427,7 @@ def flash_attn_variants_clobber(snap):
             commands += install
         else:
             summary = ""
-        if fa4 is not None and fa4_fits:
+        if fa4 is not None and (fa4_fits or engines.requirers(snap, str(fa4.get("dist")))):  # an engine's dependency stays
             commands.append(f"{py} -m pip install --no-deps --force-reinstall {shlex.quote(str(fa4.get('dist')) + '==' + str(fa4.get('version')))}"
                             "  # last, only if you need FA4 (Hopper/Blackwell): its files must win")
         elif fa4 is not None:

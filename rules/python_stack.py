@@ -16,7 +16,8 @@ from .driver import _torch_index_for, version_tuple
 
 # Requirements on these are about compiled code (ABI, kernels): an unmet one is an error.
 # Others (pure-Python libraries) are warnings, as a pip check failure that may still import.
-BINARY_BOUND = re.compile(r"^(torch|torchvision|torchaudio|vllm|triton|xformers|flashinfer.*|flash-attn.*|nvidia-.*|cuda-.*|cupy.*)$")
+BINARY_BOUND = re.compile(r"^(torch|torchvision|torchaudio|vllm|sglang|sglang-kernel|sgl-.*|triton|xformers|flashinfer.*|flash-attn.*|nvidia-.*"
+                          r"|cuda-.*|cupy.*)$")
 
 
 def _py(snap) -> str:
@@ -244,8 +245,9 @@ def requirement_not_satisfied(snap):
     and flash-attn's extension are compiled against one torch's C++ API. Installing another
     torch afterwards (a `pip install` of something that pulls torch, or a manual upgrade)
     leaves a stack that imports with "undefined symbol: _ZN3c10…" or misbehaves. This is
-    `pip check` limited to the stack (torch, torchvision, torchaudio, vllm, flashinfer,
-    flash-attn*, xformers, triton, transformers), evaluated with the target interpreter's
+    `pip check` limited to the stack (torch, torchvision, torchaudio, vllm, sglang,
+    sglang-kernel, flashinfer, flash-attn*, xformers, triton, transformers; SGLang pins torch
+    and sglang-kernel exactly, as vLLM does), evaluated with the target interpreter's
     markers; requirements of extras are not checked. vLLM's own pins on torch and the
     kernel packages are reported by GD510, not here, so that they come once.
 
@@ -472,3 +474,82 @@ def python_environment_unreadable(snap):
         ["python.requested", "python.executable"],
         Fix("Check the interpreter by hand.", [f"{shlex.quote(str(requested))} -c 'import sys; print(sys.version)'"]),
     )
+
+
+def _exact(spec) -> List[str]:
+    return [s.version for s in spec if s.operator in ("==", "===") and "*" not in s.version]
+
+
+def engine_pins(snap, engine: str) -> Dict[str, Any]:
+    """name -> Requirement for an installed engine's Requires-Dist that apply here (no extras)."""
+    entry = (snap.value("packages.stack") or {}).get(engine)
+    marker_env = snap.value("python.marker_env") or {}
+    out: Dict[str, Any] = {}
+    for text in (entry or {}).get("requires") or [] if isinstance(entry, dict) else []:
+        req = _parse_requirement(str(text))
+        if req is not None and req.specifier and _applies(req, marker_env):
+            out[dist_key(req.name)] = req
+    return out
+
+
+@rule("GD515", "engine-pins-conflict", severity=WARNING, area="vllm", requires=("packages.stack", "python.marker_env"))
+def engine_pins_conflict(snap):
+    """Two inference engines in one environment pin versions that cannot both hold (vLLM and SGLang on torch).
+
+    ## Why
+    vLLM and SGLang each pin torch exactly (vLLM 0.33: `torch==2.14.0`; SGLang 0.5.23:
+    `torch==2.14.1`) and their kernel packages (flashinfer, CUTLASS DSL, quack kernels),
+    because their compiled kernels are built against that one torch. Installed into one
+    environment, the engine installed last wins the resolution and the other runs against a
+    torch it was not built for ("undefined symbol" on import, or wrong results): GD510 / GD503
+    report the engine whose pins are not met; this says why they cannot all be met there.
+    The pins are read from each engine's installed Requires-Dist.
+
+    ## Fix
+    One virtual environment per engine (`python -m venv /opt/vllm && /opt/vllm/bin/pip install
+    vllm`; the same for SGLang), or the releases of both whose pins agree.
+
+    ## References
+    - https://pypi.org/project/sglang/0.5.23/, https://pypi.org/project/vllm/0.33.0/ (Requires-Dist);
+      https://github.com/sgl-project/sglang/issues/14314 (installing vLLM into an SGLang
+      environment replaces its torch), https://github.com/sgl-project/sglang/issues/2550,
+      https://github.com/ovg-project/kvcached/pull/2 (separate venvs for vLLM and SGLang).
+    """
+    from . import engines
+
+    found = engines.installed(snap)
+    if len(found) < 2:
+        return NotApplicable("fewer than two inference engines are installed" + (f" ({engines.label(snap)})" if found else ""))
+    fails = []
+    for i, first in enumerate(found):
+        for second in found[i + 1:]:
+            mine, theirs = engine_pins(snap, first["dist"]), engine_pins(snap, second["dist"])
+            clashes = []
+            for name in sorted(set(mine) & set(theirs)):
+                a, b = mine[name], theirs[name]
+                wanted = [(v, b) for v in _exact(a.specifier)] + [(v, a) for v in _exact(b.specifier)]
+                if any(not other.specifier.contains(v, prereleases=True) for v, other in wanted if _valid(v)):
+                    clashes.append(f"{_pin(str(a))} vs {_pin(str(b))}")
+            if not clashes:
+                continue
+            fails.append(Fail(
+                f"{first['dist']} {first['version']} and {second['dist']} {second['version']} pin versions no one environment "
+                f"can hold: {'; '.join(clashes[:6])}" + (f" and {len(clashes) - 6} more" if len(clashes) > 6 else "")
+                + ": at least one engine runs against packages it was not built for",
+                [(f"packages.stack.{first['dist']}.requires", [c.split(' vs ')[0] for c in clashes]),
+                 (f"packages.stack.{second['dist']}.requires", [c.split(' vs ')[1] for c in clashes])],
+                Fix(f"Give each engine its own virtual environment (or releases of {first['name']} and {second['name']} whose pins agree).",
+                    [f"python3 -m venv ~/venvs/{e['dist']} && ~/venvs/{e['dist']}/bin/pip install {shlex.quote(e['dist'] + '==' + e['version'])}"
+                     for e in (first, second)]),
+                subject=f"{first['dist']} + {second['dist']}"))
+    return fails or None
+
+
+def _valid(version: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(version)
+    except InvalidVersion:
+        return False
+    return True

@@ -153,6 +153,12 @@ def vllm(site: SitePackages, version: str = "0.20.0", requires=("torch==2.7.1",)
     return site.dist("vllm", version, requires=list(requires), files=files)
 
 
+
+def sglang(site: SitePackages, version: str = "0.5.23", requires=("flash-attn-4>=4.0.0b18", "torch==2.14.1", "sglang-kernel==0.4.10")):
+    """SGLang as its wheel declares it: 0.5.23 requires flash-attn-4 on every platform (its METADATA)."""
+    return site.dist("sglang", version, requires=list(requires), files={"sglang/__init__.py": "", "sglang/version.py": f'__version__ = "{version}"\n'})
+
+
 def collect(paths, environ=None, options=None):
     """The facts pystack collects in-process, for these path entries."""
     environ = dict({"PATH": ""} if environ is None else environ)

@@ -55,6 +55,8 @@ def test_vllm_titles_from_its_source(title, role):
 def test_fix_dry_run_lists_only_vllm_and_sglang_processes(spawner):
     ours = spawner.spawn("VLLM::EngineCore", orphan=True)
     sglang = spawner.spawn("sglang::scheduler_TP0", orphan=True)
+    detokenizer = spawner.spawn("sglang::detokenizer", orphan=True)
+    controller = spawner.spawn("sglang::data_parallel_controller", orphan=True)
     bench = spawner.spawn("vllm_bench::runner", orphan=True)
     tools = spawner.spawn("vllmtools::cleanup", orphan=True)
     proc = subprocess.run([sys.executable, "-m", "gpudoctor", "fix", "--dry-run"], capture_output=True, text=True,
@@ -62,6 +64,7 @@ def test_fix_dry_run_lists_only_vllm_and_sglang_processes(spawner):
     assert "Traceback" not in proc.stderr
     out = proc.stdout
     assert f"PID {ours['pid']}" in out and f"PID {sglang['pid']}" in out, out
+    assert f"PID {detokenizer['pid']}" in out and f"PID {controller['pid']}" in out, out  # SGLang 0.5.23's other titles
     assert f"PID {bench['pid']}" not in out and f"PID {tools['pid']}" not in out, out
 
 

@@ -14,7 +14,7 @@ import pytest
 from gpudoctor.probes import flash_attn as probe
 from gpudoctor.snapshot import ok
 from helpers import findings, outcome
-from flash_attn_trees import (EXT_OLD, ROTARY_GUARDED, TORCHABI, collect, fa2, fa4, snapshot, torch_site, vllm)
+from flash_attn_trees import (EXT_OLD, ROTARY_GUARDED, TORCHABI, collect, fa2, fa4, sglang, snapshot, torch_site, vllm)
 from test_pystack_env import FA2_SO, SM86, SitePackages
 
 PY = shlex.quote(sys.executable)
@@ -103,13 +103,14 @@ def test_gd401_fa4_alone_on_ampere(site):
     fa4(site)
     [finding] = findings(snapshot(site.path, gpu="sm_86", **HOST), "GD401")
     assert finding.severity == "error" and finding.subject == "flash-attn-4 / GPU 0"
-    assert "flash-attn-4 4.0.0b36 is FlashAttention-4" in finding.message and "vLLM never uses it here" in finding.message
+    assert "flash-attn-4 4.0.0b36 is FlashAttention-4" in finding.message and "no installed engine requires it" in finding.message
+    assert "vLLM" not in finding.message + finding.fix.summary + " ".join(finding.fix.commands)  # vLLM is not installed
     assert "without FA2 `flash_attn.ops` does not exist (GD403)" in finding.message
     assert finding.fix.commands[0] == f"{PY} -m pip uninstall -y flash-attn-4"
     wheel = f"flash_attn-2.8.3.post1+cu12torch2.7cxx11abiTRUE-{CP}-{CP}-linux_x86_64.whl"
     assert finding.fix.commands[1] == (f"{PY} -m pip install --no-deps --force-reinstall "
                                        f"https://github.com/Dao-AILab/flash-attention/releases/download/v2.8.3.post1/{wheel}"
-                                       "  # only if other code needs flash_attn (vLLM does not)")
+                                       "  # only if other code needs flash_attn")
 
 
 def test_gd401_fa4_on_hopper_and_blackwell_passes(site):
@@ -129,6 +130,9 @@ def test_gd401_fa2_below_ampere(site):
     (site.path / FA2_SO).write_bytes(b"not an ELF file")  # GD201 cannot read it: GD401 says it
     [finding] = findings(snapshot(site.path, gpu="T4"), "GD401")
     assert "does not run on GPU 0 (T4, cc 7.5)" in finding.message and "FlashAttention only supports Ampere GPUs or newer." in finding.message
+    assert finding.fix.commands == [f"{PY} -m pip uninstall -y flash-attn"]  # no vLLM here: no vLLM backend to name
+    vllm(site)
+    [finding] = findings(snapshot(site.path, gpu="T4"), "GD401")
     assert finding.fix.commands == [f"{PY} -m pip uninstall -y flash-attn", "vllm serve MODEL --attention-backend TRITON_ATTN  # or FLASHINFER"]
     assert outcome(snapshot(site.path, gpu="A100"), "GD401").status == "pass"
 
@@ -169,6 +173,11 @@ def test_gd402_fa2_and_fa4_on_ampere(site):
         f"{PY} -m pip install --no-deps --force-reinstall {wheel}",
     ]
     assert "flash-attn-4 is not for this GPU (GD401)" in finding.fix.summary
+    sglang(site)  # now an installed engine requires flash-attn-4: the clean reinstall puts it back
+    [finding] = findings(snapshot(site.path, gpu="sm_80", **HOST), "GD402")
+    assert finding.fix.commands[-1].startswith(f"{PY} -m pip install --no-deps --force-reinstall flash-attn-4==4.0.0b36")
+    assert "not for this GPU" not in finding.fix.summary
+    assert outcome(snapshot(site.path, gpu="sm_80", **HOST), "GD401").status == "pass"
 
 
 def test_gd402_fa3_beta_under_fa2_name(site):

@@ -48,6 +48,15 @@ setproctitle = pytest.importorskip("setproctitle")
         ("VLLM::Worker", [], ("vllm", "worker", "VLLM::Worker")),
         ("sglang::schedul", ["sglang::scheduler_TP0"], ("sglang", "worker", "sglang::scheduler_TP0")),
         ("sglang::detoken", ["sglang::detokenizer"], ("sglang", "helper", "sglang::detokenizer")),
+        # SGLang 0.5.23's other titles (scheduler.py, data_parallel_controller.py, multi_tokenizer_mixin.py, diffusion gpu_worker.py)
+        ("sglang::schedul", ["sglang::scheduler_DP1_PP0_TP3_EP3"], ("sglang", "worker", "sglang::scheduler_DP1_PP0_TP3_EP3")),
+        ("sglang::schedul", ["sglang::scheduler"], ("sglang", "worker", "sglang::scheduler")),
+        ("sglang::schedul", [], ("sglang", "worker", "sglang::schedul")),  # a zombie: comm only
+        ("sglang::data_pa", ["sglang::data_parallel_controller"], ("sglang", "helper", "sglang::data_parallel_controller")),
+        ("sglang::detoken", ["sglang::detokenizer_router"], ("sglang", "helper", "sglang::detokenizer_router")),
+        ("sglang::tokeniz", ["sglang::tokenizer_worker:4242"], ("sglang", "helper", "sglang::tokenizer_worker:4242")),
+        ("sgl_diffusion::", ["sgl_diffusion::scheduler_0"], ("sglang", "worker", "sgl_diffusion::scheduler_0")),
+        ("sglang_tools::x", ["sglang_tools::x"], None),  # someone else's prefix
         ("vllm", ["/usr/bin/python3", "/usr/local/bin/vllm", "serve", "Qwen/Qwen3-8B"], ("vllm", "launcher", "vllm")),
         ("vllm", ["/usr/local/bin/vllm", "serve", "m"], ("vllm", "launcher", "vllm")),
         ("python3", ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], ("vllm", "launcher", "python3")),

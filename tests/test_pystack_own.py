@@ -10,13 +10,14 @@ from __future__ import annotations
 import site
 import sys
 
-from gpudoctor.probes import Context, fatbin, flash_attn, pyenv, pystack, vllm_build, vllm_kernels
+from gpudoctor.probes import Context, fatbin, flash_attn, pyenv, pystack, sglang_kernels, vllm_build, vllm_kernels
 from helpers import private_env
 
 
 def _in_process():
     plain = pyenv.collect_plain(None, "stack", fatbin.scan,
-                                [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain],
+                                [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain,
+                                 sglang_kernels.collect_plain],
                                 pystack.probe_options, private_env())
     return pystack._facts(plain, "")
 

@@ -53,7 +53,12 @@ TITLE = re.compile(r"^(?P<prefix>[A-Za-z][\w.-]{0,30})::(?P<name>.*)$", re.S)
 # Exact prefixes only: "vllm_bench::runner" or "vllmtools::cleanup" are someone else's processes,
 # and `gpudoctor fix` stops what is classified here (issue 14).
 VLLM_PREFIXES = ("VLLM", "vLLM-Omni")
-SGLANG_PREFIX = re.compile(r"^sglang$")
+# SGLang 0.5.23's titles (setproctitle): srt/managers/scheduler.py "sglang::scheduler" + "_DP<n>_PP<n>_ATTN_CP<n>
+# _MOE_DP<n>_TP<n>_EP<n>" (parts only when used), detokenizer_manager.py "sglang::detokenizer",
+# data_parallel_controller.py "sglang::data_parallel_controller", multi_tokenizer_mixin.py
+# "sglang::detokenizer_router" / "sglang::tokenizer_worker:<pid>", and its diffusion runtime
+# (multimodal_gen/runtime/managers/gpu_worker.py) "sgl_diffusion::scheduler_<rank>".
+SGLANG_PREFIX = re.compile(r"^(?:sglang|sgl_diffusion)$")
 # The names vLLM gives its processes (vllm/utils/system_utils.py set_process_title(name, suffix)
 # -> "{prefix}::{name}_{suffix}"): v1/engine/core.py "EngineCore" / "EngineCore_DP<n>",
 # v1/executor/multiproc_executor.py "Worker" / "Worker_DP0_PP0_TP1_EP0" (parts only when > 1),
@@ -229,7 +234,7 @@ def _vllm_role(name: str) -> str:
 
 def _sglang_role(name: str) -> str:
     low = name.lower()
-    if "scheduler" in low or "worker" in low or "runner" in low:
+    if low.startswith("schedul") or "scheduler" in low or "worker" in low or "runner" in low:  # comm keeps "sglang::schedul"
         return "worker" if "tokenizer" not in low else "helper"
     return "helper"
 

@@ -37,8 +37,10 @@ SOURCE = "torch/version.py"
 STACK = (
     "torch", "torchvision", "torchaudio", "vllm", "flashinfer-python", "flashinfer-cubin",
     "flashinfer-jit-cache", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "triton",
-    "transformers",
+    "transformers", "sglang", "sglang-kernel",
 )
+# The inference engines (distribution -> the name users know): which are installed is a fact of its own.
+ENGINES = (("vllm", "vLLM"), ("sglang", "SGLang"))
 # RECORD entries worth a stat: what an import or a kernel load needs. Headers, CMake files and
 # bytecode are skipped (torch alone lists ~9,000 headers; checking all of RECORD costs ~50 ms).
 _CHECKED_SUFFIXES = (".py", ".so", ".pyd")
@@ -627,6 +629,9 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
                   for key, extra in sorted(shadowed.items())}
     facts["packages.duplicates"] = fact(duplicates, source="dist-info")
     facts["packages.unreadable"] = fact(unreadable, source="dist-info")
+    engines = [dict(compact(first[key]), engine=label) for key, label in ENGINES if key in first]
+    facts["engines.installed"] = fact(engines, source="dist-info",
+                                      detail=", ".join(f"{e['engine']} {e['version']}" for e in engines) or "no inference engine installed")
     if editable:
         facts["packages.editable"] = fact(editable, source="__editable__ finders")
     if extras:

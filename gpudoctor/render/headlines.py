@@ -55,6 +55,9 @@ def context(snap: Snapshot) -> str:
         parts.append(f"torch {torch}" + (f" (CUDA {cuda})" if cuda else " (no CUDA)"))
     elif snap.get("torch.version").status == "absent":
         parts.append("no torch")
+    engines = [e for e in snap.value("engines.installed") or [] if isinstance(e, dict) and e.get("engine")]
+    if engines:
+        parts.append(" + ".join(f"{e['engine']} {e.get('version')}" for e in engines))
     return " · ".join(parts)
 
 
@@ -104,6 +107,10 @@ def vllm(snap: Snapshot) -> str:
     build = snap.value("vllm.build")
     if isinstance(build, dict) and build.get("version"):
         parts.append(f"vllm {build['version']} ({vllm_origin(build)})")
+    sglang, kernel = stack.get("sglang"), stack.get("sglang-kernel")
+    if isinstance(sglang, dict) and sglang.get("version"):
+        parts.append(f"sglang {sglang['version']}"
+                     + (f" (sglang-kernel {kernel['version']})" if isinstance(kernel, dict) and kernel.get("version") else ""))
     for name in ("flash-attn", "flash-attn-4", "flashinfer-python", "xformers") if isinstance(build, dict) else (
             "vllm", "flash-attn", "flash-attn-4", "flashinfer-python", "xformers"):
         entry = stack.get(name)

@@ -9,6 +9,13 @@ def headline(snap: Snapshot) -> str:
     kind = snap.value("launch.kind")
     if kind is None:
         return ""
+    if kind == "sglang-serve":
+        sglang = snap.get("launch.sglang")
+        info = sglang.value if sglang.ok and isinstance(sglang.value, dict) else {}
+        port = (snap.value("launch.port") or {}).get("port")
+        return " · ".join([f"SGLang server {snap.value('launch.model') or '(no model)'}"]
+                          + ([f"port {port}"] if port else [])
+                          + [f"SGLang {info['version']}" if info.get("version") else "SGLang not found"])
     if kind not in ("vllm-serve", "vllm-api-server"):
         argv = (snap.value("launch.command") or {}).get("argv") or []
         return f"not a vLLM server: {argv[0] if argv else '?'}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.rule import ERROR, Fail, Fix, NotApplicable, Unknown, rule
-from .common import _applies, _command_with, _vllm_version
+from .common import _applies, _applies_server, _command_with, _engine
 
 # --- the rules ------------------------------------------------------------------------------------------
 @rule("GD701", "launch-command-invalid", severity=ERROR, area="launch")
@@ -56,7 +56,7 @@ def launch_command_invalid(snap):
 
 @rule("GD702", "launch-unknown-flag", severity=ERROR, area="launch")
 def launch_unknown_flag(snap):
-    """The launch command uses flags the installed vLLM does not define.
+    """The launch command uses flags the installed vLLM (or SGLang) does not define.
 
     ## Why
     `vllm serve` stops at once with "error: unrecognized arguments: --the-flag". Flags come and
@@ -66,6 +66,12 @@ def launch_unknown_flag(snap):
     gpudoctor reads the flags from the installed vLLM's own source (`add_argument` calls in
     vllm/engine/arg_utils.py and the entrypoints' cli_args.py, and the fields of the
     `FrontendArgs` dataclass that recent versions turn into flags); it never imports vLLM.
+    For `sglang serve` and `python -m sglang.launch_server`, the flags are read from the
+    installed SGLang's source the same way: the fields of its server-argument namespaces
+    (`sglang/srt/arg_groups/fields/*.py`, `A[T, "help"]` / `A[T, Arg(...)]`, each
+    `--field-name` plus its aliases) and the `add_argument` calls of `ServerArgs.add_cli_args`;
+    its parser is plain argparse, so a unique prefix of a flag is accepted, an ambiguous one
+    refused ("ambiguous option").
 
     ## Fix
     Use the flag this vLLM has (the closest one is suggested), remove it, or install the vLLM
@@ -78,8 +84,10 @@ def launch_unknown_flag(snap):
     - vllm-project/vllm serve docs ("vllm serve --help=all").
     - https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py
     - https://github.com/vllm-project/vllm/blob/main/vllm/entrypoints/openai/cli_args.py
+    - https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/arg_groups/arg_utils.py
+    - https://docs.python.org/3/library/argparse.html#allow-abbrev
     """
-    skip = _applies(snap)
+    skip = _applies_server(snap)
     if skip:
         return skip
     fact = snap.get("launch.unknown_flags")
@@ -88,17 +96,24 @@ def launch_unknown_flag(snap):
     unknown = [u for u in fact.value or [] if isinstance(u, dict)]
     if not unknown:
         return None
-    version = _vllm_version(snap)
+    version, help_command = _engine(snap)
+    sglang = snap.value("launch.kind") == "sglang-serve"
+    program = "sglang serve" if sglang else "vllm serve"
     fails = []
     for item in unknown:
         hint = f" (did you mean {item['suggestion']}?)" if item.get("suggestion") else ""
-        fails.append(Fail(
-            f"{version} does not define {item['flag']}{hint}: `vllm serve` exits with \"unrecognized arguments: {item['as_typed']}\"",
-            [("launch.unknown_flags", item), "launch.vllm"],
-            Fix(f"Use {item['suggestion']} instead." if item.get("suggestion") else "Remove the flag, or install the vLLM version it belongs to.",
-                [f"vllm serve --help={item['flag'].lstrip('-').split('-')[0]}  # the flags this vLLM has"]),
-            subject=item["flag"],
-        ))
+        if item.get("ambiguous"):
+            message = (f"{item['flag']} is an ambiguous abbreviation for {version} ({', '.join(item['ambiguous'])}): `{program}` exits with "
+                       f"\"ambiguous option: {item['as_typed']} could match …\"")
+            fix = Fix("Spell the flag out.", [f"{help_command}  # the flags this SGLang has" if sglang else
+                                               f"{help_command}{item['flag'].lstrip('-').split('-')[0]}  # the flags this vLLM has"])
+        else:
+            message = f"{version} does not define {item['flag']}{hint}: `{program}` exits with \"unrecognized arguments: {item['as_typed']}\""
+            fix = Fix(f"Use {item['suggestion']} instead." if item.get("suggestion") else
+                      f"Remove the flag, or install the {'SGLang' if sglang else 'vLLM'} version it belongs to.",
+                      [f"{help_command}  # the flags this SGLang has" if sglang else
+                       f"{help_command}{item['flag'].lstrip('-').split('-')[0]}  # the flags this vLLM has"])
+        fails.append(Fail(message, [("launch.unknown_flags", item), "launch.sglang" if sglang else "launch.vllm"], fix, subject=item["flag"]))
     return fails
 
 
@@ -120,7 +135,7 @@ def launch_port_taken(snap):
     - GD602 (rules/processes.py).
     - https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py
     """
-    skip = _applies(snap)
+    skip = _applies_server(snap)
     if skip:
         return skip
     launch = snap.value("launch.port") or {}

@@ -25,6 +25,21 @@ def _applies(snap) -> Optional[NotApplicable]:
     return None
 
 
+def _applies_server(snap) -> Optional[NotApplicable]:
+    """As ``_applies``, for the rules that also hold for an SGLang server (its flags, its port)."""
+    if snap.value("launch.kind") == "sglang-serve":
+        return None
+    return _applies(snap)
+
+
+def _engine(snap) -> Tuple[str, str]:
+    """(the engine the command runs as users call it, with its version; the command that lists its flags)."""
+    if snap.value("launch.kind") == "sglang-serve":
+        info = snap.value("launch.sglang") or {}
+        return (f"SGLang {info['version']}" if info.get("version") else "the installed SGLang"), "sglang serve --help"
+    return _vllm_version(snap), "vllm serve --help="
+
+
 def _args(snap) -> Dict[str, Any]:
     value = snap.value("launch.args")
     return value if isinstance(value, dict) else {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from gpudoctor.snapshot import ok
 
 from cases import Case
-from flash_attn_trees import EXT_OLD, TORCHABI, fa2, fa4, snapshot, torch_site, vllm
+from flash_attn_trees import EXT_OLD, TORCHABI, fa2, fa4, sglang, snapshot, torch_site, vllm
 from test_pystack_env import SitePackages
 
 HOST = {"host__cpus": 16, "host__memory_available": 64 << 30}
@@ -40,8 +40,15 @@ CASES = [
     # GD401 flash-attn-variant-unsupported-gpu
     Case("fa4-on-h100", "GD401", site(TORCH, fa4, gpu="H100"), "pass"),
     Case("fa4-alone-on-ampere", "GD401", site(TORCH, fa4, gpu="sm_86", **HOST), "fail", "error",
-         ("flash-attn-4 4.0.0b36 is FlashAttention-4", "vLLM never uses it here"), subject="flash-attn-4 / GPU 0",
+         ("flash-attn-4 4.0.0b36 is FlashAttention-4", "no installed engine requires it"), subject="flash-attn-4 / GPU 0",
          commands=("pip uninstall -y flash-attn-4",)),
+    Case("fa4-with-vllm-on-ampere", "GD401", site(TORCH, fa4, vllm, gpu="sm_86", **HOST), "fail", "error",
+         ("(vLLM uses FA4 only on cc 9.x-11.x)", "vLLM never uses it here"), subject="flash-attn-4 / GPU 0",
+         commands=("pip uninstall -y flash-attn-4",)),
+    # SGLang 0.5.23 requires flash-attn-4 everywhere: its dependency, never "uninstall it" (A100, L40S).
+    Case("fa4-required-by-sglang-on-a100", "GD401", site(TORCH, fa4, sglang, gpu="A100"), "pass",
+         message=("flash-attn-4 4.0.0b36 is required by sglang 0.5.23 (flash-attn-4>=4.0.0b18)",)),
+    Case("fa4-required-by-sglang-on-l40s", "GD401", site(TORCH, fa4, sglang, gpu="L40S"), "pass"),
     Case("no-gpu-facts", "GD401", site(TORCH, fa4, gpu=None), "unknown"),
     # GD402 flash-attn-variants-clobber
     Case("fa2-alone", "GD402", site(TORCH, fa2), "pass"),

@@ -1,4 +1,4 @@
-"""GD501-GD507 Python environment rules: pass, fail and not-applicable cases.
+"""GD501-GD507 and GD515 Python environment rules: pass, fail and not-applicable cases.
 
 The H200 snapshot with the Python facts of a site-packages built under tmp_path (real
 dist-info folders, the H200's compiled .so files) and collected by the real probe
@@ -60,6 +60,11 @@ CASES = [
          site(torch(), dist("vllm", "0.20.0", requires=['pywin32; sys_platform == "win32"', "torch==2.11.0"])), "pass"),
     Case("vllm-needs-xgrammar", "GD503", site(torch(), dist("vllm", "0.20.0", requires=["torch==2.11.0", "xgrammar==0.1.21"])),
          "fail", "warning", ("vllm 0.20.0 requires xgrammar==0.1.21 (not installed)",), subject="vllm"),
+    # SGLang's exact pins (sglang 0.5.23's METADATA: torch==2.14.1, sglang-kernel==0.4.10): its compiled kernels, an error.
+    Case("sglang-on-another-torch-and-kernel", "GD503",
+         site(torch(), dist("sglang-kernel", "0.4.9"),
+              dist("sglang", "0.5.23", requires=["torch==2.14.1", "sglang-kernel==0.4.10"])), "fail", "error",
+         ("sglang 0.5.23 requires torch==2.14.1, 2.11.0 is installed; sglang-kernel==0.4.10, 0.4.9 is installed",), subject="sglang"),
     # GD504 duplicate-distribution
     Case("one-torch", "GD504", site(torch()), "pass"),
     Case("stale-torch-dist-info-beside-the-real-one", "GD504", site(torch(), stale_torch_dist_info), "fail", "error",
@@ -78,4 +83,13 @@ CASES = [
     Case("python-answered", "GD507", site(python__requested="/venv/bin/python"), "pass"),
     Case("python-did-not-answer", "GD507", site(python__requested="/venv/bin/python", python__executable=UNANSWERED), "fail",
          "error", ("cannot inspect /venv/bin/python: /venv/bin/python did not answer within 8 s",)),
+    # GD515 engine-pins-conflict: the pins of vLLM 0.33.0 and SGLang 0.5.23 as their wheels declare them.
+    Case("one-engine", "GD515", site(dist("sglang", "0.5.23", requires=["torch==2.14.1"])), "not_applicable"),
+    Case("engines-that-agree", "GD515", site(dist("vllm", "0.33.0", requires=["torch==2.14.1", "flashinfer-python>=0.7"]),
+                                            dist("sglang", "0.5.23", requires=["torch==2.14.1", "flashinfer-python==0.7.2"])), "pass"),
+    Case("vllm-and-sglang-pin-another-torch", "GD515",
+         site(dist("vllm", "0.33.0", requires=["torch==2.14.0", "flashinfer-python==0.7.2.post1", 'numba==0.61.2; python_version < "3"']),
+              dist("sglang", "0.5.23", requires=["torch==2.14.1", "flashinfer-python==0.7.2", "numba==0.65.1"])), "fail", "warning",
+         ("vllm 0.33.0 and sglang 0.5.23 pin versions no one environment can hold: flashinfer-python==0.7.2.post1 vs "
+          "flashinfer-python==0.7.2; torch==2.14.0 vs torch==2.14.1",), subject="vllm + sglang", commands=("venv",)),
 ]

@@ -141,7 +141,7 @@ class Launch:
     exec_argv: List[str]  # what --exec runs (argv without the leading NAME=value words)
     env: Dict[str, str]  # NAME=value before the command (and exports of a script)
     argv: List[str] = field(default_factory=list)  # the program's argv, wrappers stripped
-    kind: str = "other"  # vllm-serve | vllm-api-server | vllm-other | other
+    kind: str = "other"  # vllm-serve | vllm-api-server | vllm-other | sglang-serve | sglang-other | other
     program: str = ""
     model: Optional[str] = None
     options: Dict[str, Any] = field(default_factory=dict)  # canonical flag -> value (str, True, dict)
@@ -203,6 +203,11 @@ def split_command(argv: Sequence[str]) -> Tuple[Dict[str, str], List[str], List[
     return env, exec_argv, rest, notes
 
 
+# `python -m sglang.launch_server …`: SGLang's server entry point (sglang/launch_server.py), the same
+# server arguments as `sglang serve` (prepare_server_args).
+SGLANG_SERVER_MODULES = ("sglang.launch_server",)
+
+
 def classify(argv: Sequence[str]) -> Tuple[str, str, List[str]]:
     """(kind, program, the words after the command) for a program argv."""
     if not argv:
@@ -213,6 +218,10 @@ def classify(argv: Sequence[str]) -> Tuple[str, str, List[str]]:
         if len(argv) > 1 and argv[1] == "serve":
             return "vllm-serve", program, list(argv[2:])
         return "vllm-other", program, list(argv[1:])
+    if base == "sglang":  # SGLang's console script (sglang.cli.main): `sglang serve …`
+        if len(argv) > 1 and argv[1] == "serve":
+            return "sglang-serve", program, list(argv[2:])
+        return "sglang-other", program, list(argv[1:])
     if _PYTHON.match(base):
         i = 1
         while i < len(argv) and argv[i].startswith("-") and argv[i] != "-m":
@@ -222,6 +231,8 @@ def classify(argv: Sequence[str]) -> Tuple[str, str, List[str]]:
             rest = list(argv[i + 2 :])
             if module in API_SERVER_MODULES:
                 return "vllm-api-server", program, rest
+            if module in SGLANG_SERVER_MODULES:
+                return "sglang-serve", program, rest
             if module in CLI_MODULES:
                 if rest and rest[0] == "serve":
                     return "vllm-serve", program, rest[1:]

@@ -3,7 +3,8 @@
 Facts (source: the command, the model's files, the installed vLLM's source):
 
   launch.command     {argv (secrets masked), source ("argv" or "FILE:LINE"), display}
-  launch.kind        vllm-serve | vllm-api-server | vllm-other | other
+  launch.kind        vllm-serve | vllm-api-server | vllm-other | sglang-serve | sglang-other | other
+  launch.sglang      {path, version, found_via, dist_info, flags, files} of the SGLang an sglang-serve command runs
   launch.env         NAME=value assignments before the command (and a script's exports)
   launch.model       the model as given (positional or --model)
   launch.args        canonical flag -> value (numbers and JSON parsed)
@@ -202,8 +203,8 @@ def inspect_command(command: Command, environ: Dict[str, str], python: Optional[
     facts: Dict[str, Fact] = {}
     location = None
     found: Optional[Dict[str, Any]] = None
-    kind_guess, _, _ = parser.classify(program_argv)
-    if kind_guess != "other":
+    kind_guess, _, sglang_words = parser.classify(program_argv)
+    if kind_guess.startswith("vllm"):
         try:
             location = vllm_source.locate(program_argv, run_env, python, own_paths, timeout, deadline)
             if location.package:
@@ -222,6 +223,12 @@ def inspect_command(command: Command, environ: Dict[str, str], python: Optional[
                                   "display": parser.display(_masked_argv(launch.exec_argv))}, source)
     facts["launch.kind"] = ok(launch.kind, source)
     facts["launch.env"] = ok(_masked_env(launch.env), source)
+    if kind_guess == "sglang-serve":
+        try:
+            facts.update(sglang_facts(program_argv, sglang_words, run_env, python, own_paths, timeout, deadline, source))
+        except Exception as exc:  # never let an odd SGLang tree take the doctor down
+            debug.append(f"launch: reading SGLang's source raised:\n{traceback.format_exc()}")
+            facts["launch.sglang"] = missing(ERROR, f"cannot read the installed SGLang: {type(exc).__name__}: {exc}", "sglang source")
     if not launch.is_vllm:
         facts["launch.notes"] = ok(launch.notes, source)
         return launch, facts, debug
@@ -302,6 +309,45 @@ def inspect_command(command: Command, environ: Dict[str, str], python: Optional[
     return launch, facts, debug
 
 
+def sglang_facts(program_argv: Sequence[str], words: Sequence[str], environ: Dict[str, str], python: Optional[str],
+                 own_paths: Optional[List[str]], timeout: float, deadline: Optional[float], source: str) -> Dict[str, Fact]:
+    """``launch.sglang`` (where the command's SGLang is), ``launch.model``, ``launch.port`` (its default read
+    from SGLang's source) and ``launch.unknown_flags`` for `sglang serve …` / `python -m sglang.launch_server …`."""
+    from gpudoctor.probes.launch import sglang_args
+
+    facts: Dict[str, Fact] = {}
+    location = vllm_source.locate(program_argv, environ, python, own_paths, timeout, deadline, package="sglang")
+    if not location.package:
+        looked = "; ".join(location.looked) if location.looked else "nowhere to look"
+        why = f"SGLang is not installed where the command runs (looked in: {looked})"
+        facts["launch.sglang"] = missing(ABSENT, why, "filesystem")
+        facts["launch.unknown_flags"] = missing(ABSENT, f"cannot check flags: {why}", "sglang source")
+        return facts
+    read = sglang_args.read_flags(location.package)
+    facts["launch.sglang"] = ok(dict(location.to_json(), flags=len(read["flags"]), files=read["files"]), location.package,
+                                f"found via {location.how}")
+    known = read["flags"]
+    # Only `sglang serve` takes the model as its first word (cli/serve.py); sglang.launch_server hands
+    # its argv to prepare_server_args as it is, and argparse refuses a positional there.
+    positional = bool(program_argv) and os.path.basename(program_argv[0]) == "sglang"
+    model = sglang_args.model_of(words, known, positional)
+    facts["launch.model"] = ok(model, source) if model else missing(ABSENT, "no model in the command (--model-path)", source)
+    port_text = sglang_args.value_of(words, known, ("--port",))
+    default = read["defaults"].get("--port")
+    port = int(port_text) if port_text is not None and port_text.isdigit() else default if isinstance(default, int) else None
+    facts["launch.port"] = ok({"port": port, "host": sglang_args.value_of(words, known, ("--host",)), "uds": None}, source,
+                              "the command's --port" if port_text is not None else "SGLang's default port (serving.py)")
+    unknown = sglang_args.unknown_flags(words, known)
+    if not positional and words and not words[0].startswith("-"):
+        unknown.insert(0, {"flag": words[0], "as_typed": words[0], "suggestion": "--model-path " + words[0]})
+    if read["problems"] or not known:
+        facts["launch.unknown_flags"] = missing(ABSENT, "cannot decide: part of SGLang's argument definitions could not be read ("
+                                                + "; ".join(read["problems"][:3] or ["no flags found"]) + ")", location.package)
+    else:
+        facts["launch.unknown_flags"] = ok(unknown, f"{location.package} ({', '.join(read['files'][:2])}, …)", f"{len(known)} flags defined")
+    return facts
+
+
 def build_facts(location: "vllm_source.Location", environ: Dict[str, str], debug: List[str]) -> Dict[str, Fact]:
     """``launch.vllm.build`` / ``.code_markers`` / ``.fix_commits``: what probes/vllm_build.py
     reports as ``vllm.*`` for gpudoctor's own environment, for the vLLM the *command* runs
@@ -351,7 +397,7 @@ def command_python(program_argv: Sequence[str], environ: Dict[str, str]) -> Opti
     resolved = program if os.sep in program else shutil.which(program, path=path)
     if not resolved or not os.path.isfile(resolved):
         return None
-    if base == "vllm":
+    if base in ("vllm", "sglang"):
         interp = vllm_source._shebang(resolved)
         if interp and os.sep not in interp:
             interp = shutil.which(interp, path=path)

@@ -115,48 +115,47 @@ def interpreter_paths(python: str, environ: Dict[str, str], timeout: float, dead
     return [str(p) for p in value] if isinstance(value, list) else None
 
 
-def _find_package(paths: Sequence[str]) -> Optional[str]:
+def _find_package(paths: Sequence[str], package: str = "vllm") -> Optional[str]:
     for entry in paths:
-        candidate = os.path.join(entry, "vllm")
+        candidate = os.path.join(entry, package)
         if os.path.isfile(os.path.join(candidate, "__init__.py")) or os.path.isfile(os.path.join(candidate, "engine", "arg_utils.py")):
             return candidate
     return None
 
 
-def _editable_target(paths: Sequence[str]) -> Optional[str]:
+def _editable_target(paths: Sequence[str], package: str = "vllm") -> Optional[str]:
     from gpudoctor.probes.pyenv import editable_mappings
 
-    target = editable_mappings(paths).get("vllm")
+    target = editable_mappings(paths).get(package)
     return target if target and os.path.isdir(target) else None
 
 
-_DIST = re.compile(r"^vllm-([^-]+?)\.(dist-info|egg-info)$", re.I)
-
-
-def _version(package: str, paths: Sequence[str]) -> Tuple[Optional[str], Optional[str]]:
-    """(version, dist-info path) from the dist-info next to the package, else vllm/_version.py."""
+def _version(package: str, paths: Sequence[str], name: str = "vllm") -> Tuple[Optional[str], Optional[str]]:
+    """(version, dist-info path) from the dist-info next to the package, else its _version.py (vLLM) or version.py (SGLang)."""
+    pattern = re.compile(r"^" + re.escape(name) + r"-([^-]+?)\.(dist-info|egg-info)$", re.I)
     roots = [os.path.dirname(package)] + [p for p in paths if p != os.path.dirname(package)]
     for root in roots:
         try:
             names = sorted(os.listdir(root))
         except OSError:
             continue
-        for name in names:
-            match = _DIST.match(name)
+        for entry in names:
+            match = pattern.match(entry)
             if not match:
                 continue
-            meta = os.path.join(root, name, "METADATA" if name.endswith("dist-info") else "PKG-INFO")
+            meta = os.path.join(root, entry, "METADATA" if entry.endswith("dist-info") else "PKG-INFO")
             text = read(meta, 65536) or ""
             found = re.search(r"^Version:\s*(\S+)", text, re.M)
-            return (found.group(1) if found else match.group(1)), os.path.join(root, name)
-    text = read(os.path.join(package, "_version.py"), 65536) or ""
+            return (found.group(1) if found else match.group(1)), os.path.join(root, entry)
+    text = read(os.path.join(package, "_version.py" if name == "vllm" else "version.py"), 65536) or ""
     found = re.search(r"""^(?:__version__|version)\s*(?::[^=]*)?=\s*['"]([^'"]+)['"]""", text, re.M)
     return (found.group(1) if found else None), None
 
 
 def locate(program_argv: Sequence[str], environ: Dict[str, str], python: Optional[str] = None,
-           own_paths: Optional[List[str]] = None, timeout: float = 5.0, deadline: Optional[float] = None) -> Location:
-    """The vLLM the launch command will run: its script's venv, its python, --python, or ours."""
+           own_paths: Optional[List[str]] = None, timeout: float = 5.0, deadline: Optional[float] = None,
+           package: str = "vllm") -> Location:
+    """The vLLM (or ``package``: "sglang") the launch command will run: its script's venv, its python, --python, or ours."""
     looked: List[str] = []
     candidates: List[Tuple[str, List[str]]] = []
     if python:
@@ -168,7 +167,7 @@ def locate(program_argv: Sequence[str], environ: Dict[str, str], python: Optiona
         program = program_argv[0]
         base = os.path.basename(program)
         resolved = program if os.sep in program else shutil.which(program, path=environ.get("PATH", os.defpath))
-        if resolved and base == "vllm":
+        if resolved and base == package:
             script_prefix = os.path.dirname(os.path.dirname(os.path.abspath(resolved)))
             sites = _venv_site_dirs(script_prefix)
             looked.append(f"the environment of {resolved}")
@@ -176,7 +175,7 @@ def locate(program_argv: Sequence[str], environ: Dict[str, str], python: Optiona
                 candidates.append((f"the environment of {resolved}", sites))
             interp = _shebang(resolved)
             if interp and os.path.isfile(interp) and os.access(interp, os.X_OK):
-                if not any(_find_package(paths) for _, paths in candidates):
+                if not any(_find_package(paths, package) for _, paths in candidates):
                     paths = interpreter_paths(interp, environ, timeout, deadline)
                     if paths:
                         candidates.append((f"{interp} (the interpreter of {resolved})", paths))
@@ -193,10 +192,10 @@ def locate(program_argv: Sequence[str], environ: Dict[str, str], python: Optiona
         looked.append("gpudoctor's own interpreter")
         candidates.append(("gpudoctor's own interpreter", list(own_paths)))
     for how, paths in candidates:
-        package = _find_package(paths) or _editable_target(paths)
-        if package:
-            version, dist = _version(package, paths)
-            return Location(package, version, how, list(paths), looked, dist)
+        found = _find_package(paths, package) or _editable_target(paths, package)
+        if found:
+            version, dist = _version(found, paths, package)
+            return Location(found, version, how, list(paths), looked, dist)
     return Location(None, None, "", [], looked)
 
 
