@@ -55,6 +55,7 @@ class Signature:
     other_rules: List[str] = field(default_factory=list)  # rules whose failure is a *different* cause of this text
     cannot_check: str = ""  # why no rule on a machine can confirm this cause (a model repo's files, a request)
     thread_fixes: List[Dict[str, str]] = field(default_factory=list)  # {"fix": what fixed it, "url": the thread}
+    detail_check: str = ""  # a check in gpudoctor/explain_checks.py that compares the text's numbers with this machine
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -141,6 +142,7 @@ def load_signatures(data: Optional[Sequence[Dict[str, Any]]] = None) -> List[Sig
                     other_rules=list(entry.get("other_rules", ())),
                     cannot_check=entry.get("cannot_check", ""),
                     thread_fixes=[dict(item) for item in entry.get("thread_fixes", ())],
+                    detail_check=entry.get("detail_check", ""),
                 )
             )
         except re.error as exc:
