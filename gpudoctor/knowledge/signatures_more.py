@@ -280,4 +280,44 @@ MORE = (
         "confirm_rules": ["GD302"],
         "facts": ["gpu.*.memory_total", "gpu.*.memory_used"],
     },
+    {
+        "id": "SIG-kv-cache-no-room-other-servers",
+        "key": "kv_cache_insufficient",
+        "title": "No room for the KV cache the server was asked for (TGI, other servers' words)",
+        "patterns": [
+            r"Not enough memory to handle (?P<tokens>\d+) total tokens with \d+ prefill tokens",
+            r"Not enough memory for KV cache",
+        ],
+        "cause": (
+            "After the weights, the memory the server may use holds fewer KV-cache tokens than it was configured for "
+            "(TGI's --max-batch-total-tokens, a page or token count): the GPU is too small for that budget, or other "
+            "processes hold part of it."
+        ),
+        "fix": "Lower the token budget (--max-batch-total-tokens, --num-pages/--num-tokens, the context length), quantize, or free the GPU.",
+        "commands": ["nvidia-smi --query-gpu=memory.used,memory.total --format=csv"],
+        "thread_fixes": [
+            {"fix": "starting with --num-tokens 4096 instead of the 8k default let it start", "url": "https://github.com/FlashML-org/FreeToken-Web/issues/2"},
+        ],
+        "sources": ["huggingface/text-generation-inference#710", "FlashML-org/FreeToken-Web#2"],
+        "confirm_rules": ["GD302", "GD601", "GD604"],
+        "facts": ["gpu.*.memory_total", "gpu.*.memory_used"],
+    },
+    {
+        "id": "SIG-parallel-size-exceeds-gpus-words",
+        "key": "ray_placement_group",
+        "title": "The parallel size asks for more GPUs than the (Ray) cluster has",
+        "patterns": [
+            r"The number of required GPUs exceeds the total number of available GPUs in the cluster",
+            r"Tensor parallel size \((?P<tp>\d+)\) exceeds available GPUs \((?P<gpus>\d+)\)",
+        ],
+        "cause": (
+            "tensor-parallel x pipeline-parallel size needs more GPUs than this machine, or the Ray cluster it joined, "
+            "offers: a node has not joined yet, CUDA_VISIBLE_DEVICES hides GPUs, or the size was written for a bigger machine."
+        ),
+        "fix": "Lower --tensor-parallel-size/--pipeline-parallel-size to the GPUs present, or start the other nodes (ray status) first.",
+        "commands": ["nvidia-smi -L", "ray status"],
+        "sources": ["vllm-project/vllm#7107", "NVIDIA/dgx-spark-playbooks#63", "vllm-project/vllm#25775"],
+        "confirm_rules": ["GD705", "GD907"],
+        "facts": ["gpu.count", "env.CUDA_VISIBLE_DEVICES"],
+    },
 )
