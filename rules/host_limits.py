@@ -18,7 +18,20 @@ def _limit(value) -> str:
     return "unlimited" if value is None else str(value)
 
 
-@rule("GD310", "open-files-limit-low", severity=WARNING, area="gpu", requires=("host.nofile",))
+def _missing(snap, *paths):
+    """None when every fact was read; NotApplicable when a snapshot predates the probe (the fact is
+    not in it at all: recordings made before host_limits existed); Unknown when the probe failed."""
+    for path in paths:
+        fact = snap.get(path)
+        if fact.ok:
+            continue
+        if path not in snap.facts:
+            return NotApplicable(f"this snapshot has no {path}: it was recorded before gpudoctor read it")
+        return Unknown(f"needs {path}, which is {fact.describe()}")
+    return None
+
+
+@rule("GD310", "open-files-limit-low", severity=WARNING, area="gpu")
 def open_files_limit_low(snap):
     """The open-files limit is below what vLLM and SGLang need under load.
 
@@ -40,6 +53,9 @@ def open_files_limit_low(snap):
     - https://github.com/Ziems/arbor/issues/48 (raising ulimit fixed SGLang's router)
     - set_ulimit(target_soft_limit=65535): vllm/utils and sglang/srt/utils.
     """
+    missing = _missing(snap, "host.nofile")
+    if missing is not None:
+        return missing
     own = snap.value("host.nofile") or {}
     serving = snap.value("processes.serving") or []
     fix = Fix(
@@ -76,8 +92,7 @@ def open_files_limit_low(snap):
     return None
 
 
-@rule("GD311", "nvidia-container-toolkit-missing", severity=INFO, area="gpu",
-      requires=("host.nvidia_container_toolkit", "host.container"))
+@rule("GD311", "nvidia-container-toolkit-missing", severity=INFO, area="gpu", requires=("host.container",))
 def nvidia_container_toolkit_missing(snap):
     """Docker is installed but the NVIDIA Container Toolkit is not: containers cannot get GPUs.
 
@@ -96,6 +111,9 @@ def nvidia_container_toolkit_missing(snap):
     - https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html
     - https://github.com/nv-tlabs/3dgrut/issues/71, https://github.com/Steam-Headless/docker-steam-headless/issues/117
     """
+    missing = _missing(snap, "host.nvidia_container_toolkit")
+    if missing is not None:
+        return missing
     if snap.value("host.container"):
         return NotApplicable(f"inside a container ({snap.value('host.container')}): the host's Docker is not visible here")
     toolkit = snap.value("host.nvidia_container_toolkit") or {}
@@ -117,8 +135,7 @@ def nvidia_container_toolkit_missing(snap):
     )
 
 
-@rule("GD312", "container-without-gpu-devices", severity=WARNING, area="gpu",
-      requires=("host.nvidia_devices", "host.container"))
+@rule("GD312", "container-without-gpu-devices", severity=WARNING, area="gpu", requires=("host.container",))
 def container_without_gpu_devices(snap):
     """This container has no NVIDIA device nodes: it was started without GPUs.
 
@@ -136,6 +153,9 @@ def container_without_gpu_devices(snap):
     - https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html
     - https://github.com/NVIDIA/nvidia-docker/issues/1034
     """
+    missing = _missing(snap, "host.nvidia_devices")
+    if missing is not None:
+        return missing
     container = snap.value("host.container")
     if not container:
         return NotApplicable("not inside a container")

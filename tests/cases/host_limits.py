@@ -30,7 +30,8 @@ CASES = [
         "fail", "warning", ("hard open-files limit here is 4096",), ("host.nofile",), commands=("LimitNOFILE=65536",),
     ),
     Case("unlimited", "GD310", h200(put("host.nofile", {"soft": None, "hard": None})), "pass"),
-    Case("not-read", "GD310", h200(drop("host.nofile")), "unknown", message=("host.nofile",)),
+    Case("snapshot-before-the-probe", "GD310", h200(drop("host.nofile")), "not_applicable", message=("recorded before",)),
+    Case("probe-failed", "GD310", h200(put("host.nofile", None, "error", "getrlimit failed")), "unknown", message=("host.nofile",)),
     # GD311 nvidia-container-toolkit-missing
     Case("host-with-toolkit", "GD311", h200(put("host.container", None), put("host.nvidia_container_toolkit", TOOLKIT)), "pass"),
     Case(
@@ -41,7 +42,9 @@ CASES = [
     Case("host-without-docker", "GD311", h200(put("host.container", None), put("host.nvidia_container_toolkit", dict(NO_TOOLKIT, docker=False))),
          "not_applicable", message=("no Docker",)),
     Case("inside-a-container", "GD311", h200(put("host.nvidia_container_toolkit", NO_TOOLKIT)), "not_applicable", message=("inside a container",)),
-    Case("toolkit-not-read", "GD311", h200(drop("host.nvidia_container_toolkit")), "unknown", message=("host.nvidia_container_toolkit",)),
+    Case("toolkit-not-recorded", "GD311", h200(drop("host.nvidia_container_toolkit")), "not_applicable", message=("recorded before",)),
+    Case("toolkit-unreadable", "GD311", h200(put("host.nvidia_container_toolkit", None, "error", "x")), "unknown",
+         message=("host.nvidia_container_toolkit",)),
     # GD312 container-without-gpu-devices
     Case("container-with-gpus", "GD312", h200(put("host.nvidia_devices", GPU_DEVICES)), "pass"),
     Case(
@@ -53,5 +56,7 @@ CASES = [
          "fail", "warning", ("present: /dev/nvidiactl",), ("host.nvidia_devices",), commands=("--gpus all",)),
     Case("bare-metal", "GD312", h200(put("host.container", None), put("host.nvidia_devices", NO_GPU_DEVICES)),
          "not_applicable", message=("not inside a container",)),
-    Case("devices-not-read", "GD312", h200(drop("host.nvidia_devices")), "unknown", message=("host.nvidia_devices",)),
+    Case("devices-not-recorded", "GD312", h200(drop("host.nvidia_devices")), "not_applicable", message=("recorded before",)),
+    Case("dev-unlistable", "GD312", h200(put("host.nvidia_devices", None, "absent", "cannot list /dev")), "unknown",
+         message=("host.nvidia_devices",)),
 ]
