@@ -84,7 +84,7 @@ MORE = (
             "NVIDIA/nvidia-docker#1034", "hiyouga/LlamaFactory#5268", "NVlabs/BundleSDF#184", "infiniflow/ragflow#9573",
             "nv-tlabs/3dgrut#71", "sair-lab/AirSLAM#113", "NVIDIA/nvidia-docker#578", "fboulnois/stable-diffusion-docker#82",
         ],
-        "confirm_rules": ["GD311", "GD312"],
+        "confirm_rules": ["GD311"],
         "facts": ["host.container", "host.nvidia_devices", "host.nvidia_container_toolkit"],
     },
     {
