@@ -68,11 +68,51 @@ def shared_memory_per_block(details: Dict[str, str], snapshot: Snapshot) -> List
              f"the error came from a GPU with less{elsewhere}")]
 
 
+# tokenizers 0.20.0 writes BPE merges as pairs (["a", "b"]) instead of "a b" strings, and older
+# releases cannot parse them: "data did not match any variant of untagged enum ModelWrapper"
+# (https://github.com/huggingface/swift-transformers/pull/131: "Introduced in tokenizers 0.20.0").
+MERGES_AS_PAIRS = (0, 20, 0)
+
+
+def _version(text: str) -> Optional[Tuple[int, ...]]:
+    parts = []
+    for piece in str(text).split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits[:6]))
+    return tuple(parts) if parts else None
+
+
+def tokenizers_version(details: Dict[str, str], snapshot: Snapshot) -> List[Tuple[str, str]]:
+    """The installed tokenizers against the first release that reads merges stored as pairs."""
+    dists = snapshot.value("packages.dists")
+    entry = dists.get("tokenizers") if isinstance(dists, dict) else None
+    if not isinstance(entry, dict) or not entry.get("version"):
+        return [("could_not_check", "tokenizers is not installed in the Python environment checked here")]
+    installed = str(entry["version"])
+    version = _version(installed)
+    if version is None:
+        return [("could_not_check", f"tokenizers {installed}: not a version gpudoctor can compare")]
+    if details.get("enum") != "ModelWrapper":
+        return [("could_not_check", f"tokenizers {installed} is installed; which release the file's "
+                 f"{details.get('enum') or 'section'} needs is not known here")]
+    if version < MERGES_AS_PAIRS:
+        return [("confirmed", f"tokenizers {installed} is installed: releases before 0.20.0 cannot read BPE merges "
+                 "stored as pairs, the format tokenizers 0.20+ (transformers 4.45+) writes")]
+    return [("could_not_check", f"tokenizers {installed} reads merges stored as pairs; the file needs something "
+             "else (a newer release, or it is malformed)")]
+
+
 CHECKS: Dict[str, Callable[[Dict[str, str], Snapshot], List[Tuple[str, str]]]] = {
     "shared_memory_per_block": shared_memory_per_block,
+    "tokenizers_version": tokenizers_version,
 }
 # How explain names each check in "confirmed by …".
-LABELS = {"shared_memory_per_block": "the shared memory per block of the GPUs here"}
+LABELS = {
+    "shared_memory_per_block": "the shared memory per block of the GPUs here",
+    "tokenizers_version": "the tokenizers installed here",
+}
 
 
 def run(name: str, details: Dict[str, str], snapshot: Snapshot) -> List[Tuple[str, str]]:

@@ -158,3 +158,17 @@ def test_the_probe_module_is_stdlib_only():
     imports = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
     assert imports <= {"__future__", "os", "re", "typing", "gpudoctor"}, imports
     assert os.path.basename(host_limits.__file__) == "host_limits.py"
+
+
+def test_tokenizers_before_0_20_is_confirmed_for_model_wrapper_only():
+    text = "Exception: data did not match any variant of untagged enum ModelWrapper at line 1251012 column 3"
+    old = {"tokenizers": {"name": "tokenizers", "version": "0.19.1", "location": "/x"}}
+    _, conf = confirm_text(text, snapshot(packages__dists=old))
+    assert conf.verdict == explain.CONFIRMED and "tokenizers 0.19.1 is installed" in conf.of_kind(explain.CONFIRMED)[0].text
+    new = {"tokenizers": {"name": "tokenizers", "version": "0.21.0", "location": "/x"}}
+    _, conf = confirm_text(text, snapshot(packages__dists=new))
+    assert conf.verdict != explain.CONFIRMED
+    _, conf = confirm_text("data did not match any variant of untagged enum PyPreTokenizerTypeWrapper", snapshot(packages__dists=old))
+    assert conf.verdict != explain.CONFIRMED
+    _, conf = confirm_text(text, snapshot(packages__dists={}))
+    assert conf.verdict != explain.CONFIRMED

@@ -135,6 +135,7 @@ MORE = (
         "sources": ["allenai/open-instruct#738", "huggingface/sentence-transformers#1105", "dleemiller/WordLlama#16", "lllyasviel/FramePack#147"],
         # GD503 fails when transformers requires a tokenizers that is not installed: then this is confirmed.
         "confirm_rules": ["GD503:tokenizers"],
+        "detail_check": "tokenizers_version",
         "cannot_check": "what tokenizers release the model's tokenizer.json needs is written in the file, which gpudoctor does not read",
         "facts": ["packages.dists"],
     },
