@@ -55,6 +55,7 @@ class Signature:
     other_rules: List[str] = field(default_factory=list)  # rules whose failure is a *different* cause of this text
     cannot_check: str = ""  # why no rule on a machine can confirm this cause (a model repo's files, a request)
     thread_fixes: List[Dict[str, str]] = field(default_factory=list)  # {"fix": what fixed it, "url": the thread}
+    detail_check: str = ""  # a check in gpudoctor/explain_checks.py that compares the text's numbers with this machine
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -116,6 +117,11 @@ def load_signatures(data: Optional[Sequence[Dict[str, Any]]] = None) -> List[Sig
         for item in entry.get("thread_fixes", ()):
             if not (isinstance(item, dict) and item.get("fix") and str(item.get("url", "")).startswith("https://")):
                 raise SignatureError(f"{sig_id}: a thread fix needs fix text and the thread's https:// url")
+        if entry.get("detail_check"):
+            from gpudoctor.explain_checks import CHECKS
+
+            if entry["detail_check"] not in CHECKS:
+                raise SignatureError(f"{sig_id}: detail_check {entry['detail_check']!r} is not in gpudoctor/explain_checks.py")
         for spec in list(entry.get("confirm_rules", ())) + list(entry.get("other_rules", ())):
             if not _CONFIRM_SPEC.match(spec):
                 raise SignatureError(f"{sig_id}: confirm_rules entry {spec!r} is not GDnnn, GDn or GDn:filter")
@@ -141,6 +147,7 @@ def load_signatures(data: Optional[Sequence[Dict[str, Any]]] = None) -> List[Sig
                     other_rules=list(entry.get("other_rules", ())),
                     cannot_check=entry.get("cannot_check", ""),
                     thread_fixes=[dict(item) for item in entry.get("thread_fixes", ())],
+                    detail_check=str(entry.get("detail_check", "")),
                 )
             )
         except re.error as exc:
@@ -597,12 +604,19 @@ def finding_filters(specs: Iterable[str]) -> Dict[str, "re.Pattern[str]"]:
     return out
 
 
-def confirm(signature: Signature, snapshot: Snapshot, catalogue: Optional[Sequence[RuleMeta]] = None) -> Confirmation:
+def confirm(
+    signature: Signature,
+    snapshot: Snapshot,
+    catalogue: Optional[Sequence[RuleMeta]] = None,
+    details: Optional[Dict[str, str]] = None,
+) -> Confirmation:
     """Run the rules ``signature`` names on ``snapshot`` and say what they show.
 
     Only the rules of ``confirm_rules`` can confirm: each checks this very cause. A failing rule
     of ``other_rules`` is a *different* cause that gives the same error text (no driver at all
     when the text says the driver is too old): that is said as such, never as a confirmation.
+    A signature's ``detail_check`` compares the numbers of the match (``details``) with this
+    machine (gpudoctor/explain_checks.py).
     """
     from gpudoctor.engine import run_rules
 
@@ -624,7 +638,14 @@ def confirm(signature: Signature, snapshot: Snapshot, catalogue: Optional[Sequen
                 subject = f" [{finding.subject}]" if finding.subject else ""
                 ordered.append(Check(DIFFERENT_CAUSE, meta.id, meta.name, f"{finding.message}{subject}"))
     ordered.extend(checks)
-    if signature.cannot_check:
+    compared = []
+    if signature.detail_check and details is not None:
+        from gpudoctor import explain_checks
+
+        label = explain_checks.LABELS.get(signature.detail_check, signature.detail_check)
+        compared = [Check(kind, "", label, text) for kind, text in explain_checks.run(signature.detail_check, details, snapshot)]
+        ordered.extend(compared)
+    if signature.cannot_check and not compared:
         ordered.append(Check(COULD_NOT_CHECK, "", "", signature.cannot_check))
     ordered.sort(key=lambda check: _VERDICT_ORDER[check.kind])
     kinds = {check.kind for check in ordered}

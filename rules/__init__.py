@@ -7,8 +7,10 @@ module name here.
 
 import importlib
 
-MODULES = ("internal", "driver", "cuda", "gpu", "flash_attn", "python_stack", "torch_extensions", "vllm_build", "processes", "launch",
-           "server", "server_config", "cluster")
+MODULES = (
+    "internal", "driver", "cuda", "gpu", "host_limits", "flash_attn", "python_stack", "torch_extensions", "vllm_build", "processes",
+    "launch", "server", "server_config", "cluster",
+)
 
 
 def load() -> None:

@@ -80,7 +80,7 @@ def run(args, io: IO) -> int:
             _add_launch_facts(snapshot, command, args, io)
             where += " and the launch command"
     confirmations = [
-        explain.confirm(m.signature, snapshot) if snapshot is not None and m.signature.role == explain.CAUSE else None
+        explain.confirm(m.signature, snapshot, details=m.details) if snapshot is not None and m.signature.role == explain.CAUSE else None
         for m in matches
     ]
     redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, environ=io.environ)
@@ -282,18 +282,23 @@ def render_text(diagnosis, confirmations, text, where: str, verbose: bool = Fals
     return "\n".join(out)
 
 
+def _label(check) -> str:
+    """A rule's ID and name, or what a check of the text's numbers compared (explain_checks)."""
+    return f"{check.rule} {check.name}".strip()
+
+
 def _confirmation_lines(conf, verbose: bool):
     lines = []
     for check in conf.of_kind("confirmed"):
-        lines.append(f"      confirmed by {check.rule} {check.name}: {check.text}")
+        lines.append(f"      confirmed by {_label(check)}: {check.text}")
     for check in conf.of_kind("different_cause"):
-        lines.append(f"      different cause found by {check.rule} {check.name}: {check.text}")
+        lines.append(f"      different cause found by {_label(check)}: {check.text}")
     negatives = conf.of_kind("not_confirmed")
     if len(negatives) <= 3 or verbose:
         for check in negatives:
-            lines.append(f"      not confirmed here: {check.rule} {check.name}: {check.text}")
+            lines.append(f"      not confirmed here: {_label(check)}: {check.text}")
     else:
-        ids = ", ".join(check.rule for check in negatives)
+        ids = ", ".join(_label(check) for check in negatives)
         lines.append(f"      not confirmed here: {ids} (passed or not applicable; -v for each)")
     for check in conf.of_kind("could_not_check"):
         if not check.rule:
@@ -304,7 +309,7 @@ def _confirmation_lines(conf, verbose: bool):
     if conf.facts:
         lines.append("      facts: " + "; ".join(f"{path} = {value}" for path, value in conf.facts))
     if conf.verdict == "confirmed":
-        ids = sorted({check.rule for check in conf.of_kind("confirmed")})
+        ids = sorted({check.rule or check.name for check in conf.of_kind("confirmed")})
         lines.append(f"    -> that is it: {', '.join(ids)} confirm{'s' * (len(ids) == 1)} this cause on this machine.")
     else:
         lines.append("    -> " + _VERDICTS[conf.verdict])

@@ -565,5 +565,6 @@ SIGNATURES = (
 
 from .signatures_build import BUILD  # noqa: E402  (data of the same format, by concern)
 from .signatures_serving import SERVING  # noqa: E402
+from .signatures_more import MORE  # noqa: E402
 
-SIGNATURES = SIGNATURES + BUILD + SERVING
+SIGNATURES = SIGNATURES + BUILD + SERVING + MORE

@@ -10,6 +10,7 @@ import os
 import re
 from typing import Dict, Mapping
 
+from gpudoctor.probes import host_limits
 from gpudoctor.snapshot import ABSENT, ERROR, Fact, missing, ok
 
 # Environment variables worth recording, by prefix. Anything secret-looking is dropped
@@ -32,6 +33,7 @@ def collect(ctx) -> Dict[str, Fact]:
     facts["host.memory_available"] = _meminfo(ctx, "MemAvailable")
     facts["host.container"] = _container(ctx)
     facts["host.shm_total"] = _statvfs_total(ctx, "/dev/shm")
+    facts.update(host_limits.collect(ctx))  # open-files limit, /dev/nvidia*, the container toolkit
     facts["env"] = ok(relevant_env(ctx.environ), "environ")
     return facts
 

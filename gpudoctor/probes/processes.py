@@ -39,6 +39,7 @@ import stat as stat_module
 import time
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from gpudoctor.probes import host_limits
 from gpudoctor.snapshot import ABSENT, ERROR, NO_PERMISSION, Fact, missing, ok
 
 SOURCE = "/proc"
@@ -334,8 +335,10 @@ def collect(ctx) -> Dict[str, Fact]:
                 }
             )
     users = _user_names(uids)
-    for record in serving:
+    for number, record in enumerate(serving):
         record["user"] = users.get(str(record["uid"]), str(record["uid"]))
+        if number < 64:  # its open-files limit (rule GD320); /proc/PID/limits is world-readable
+            record["nofile"] = host_limits.read_nofile(proc, record["pid"])
     now = time.time()
     facts["processes.scan"] = ok(
         {"time": round(now, 2), "boot_time": btime, "clk_tck": hz, "count": len(index), "pid_namespace": pid_namespace(proc),
