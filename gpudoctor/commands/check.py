@@ -106,4 +106,6 @@ def run(args, io: IO) -> int:
         for text in result.debug:
             io.stderr.write(text + "\n")
     render(result, args, io)
-    return ExitCode.FINDINGS if result.gated(args.fail_on) else ExitCode.OK
+    from gpudoctor import verdict
+
+    return verdict.of(result, args.fail_on).exit_code

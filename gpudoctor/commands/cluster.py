@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from gpudoctor.commands.common import IO, SnapshotFiles, UsageError, stream_is_unicode, use_color
-from gpudoctor.exitcodes import ExitCode
+from gpudoctor.exitcodes import FAIL_ON_CHOICES
 
 EPILOG = (
     "Over Ray: needs `pip install 'gpudoctor[ray]'` here and gpudoctor installed in every node's Python. "
@@ -24,7 +24,7 @@ EPILOG = (
     "Exit codes: 0 nothing at or above --fail-on, 1 blocking findings (a node that did not answer is one), "
     "2 usage error (no Ray, no cluster at the address)."
 )
-FORMATS = ("text", "json", "markdown")
+FORMATS = ("text", "json", "markdown", "junit", "github")
 DEFAULT_TIMEOUT = 60.0  # per node; the CLI's default (not imported from probes.ray: --help stays light)
 
 
@@ -44,7 +44,8 @@ def configure(parser) -> None:
     parser.add_argument("--select", action="append", metavar="IDS", help="only these rules: IDs, prefixes (GD9), names or areas; comma-separated")
     parser.add_argument("--ignore", action="append", metavar="IDS", help="skip these rules (same forms as --select)")
     parser.add_argument("--format", choices=FORMATS, default="text")
-    parser.add_argument("--fail-on", choices=("error", "warning"), default="error", help="lowest severity that makes the exit code 1 (default: error)")
+    parser.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
+                        help="lowest level that makes the exit code 1 (default: error); unknown: also any rule that could not decide")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostnames, user names, home paths and GPU UUIDs in the output")
     parser.add_argument("--save", metavar="FILE", help="also write the merged cluster snapshot (replay: gpudoctor check --snapshot FILE)")
@@ -112,13 +113,10 @@ def _plan(args) -> Dict[str, int]:
 
 
 def evaluate(snapshot, rules):
-    """The engine on a cluster snapshot (cross-node rules on the merged one, the others on each
-    node's own), with the cross-node policy's watched values for the matrix."""
-    from gpudoctor import cluster
-    from gpudoctor.engine import run_cluster
-    from gpudoctor_rules.cluster_policy import spreads
+    """The engine on a cluster snapshot (gpudoctor/commands/pipeline.py)."""
+    from gpudoctor.commands.pipeline import evaluate_cluster
 
-    return run_cluster(snapshot, rules, cluster.node_entries(snapshot), cluster.reachable(snapshot), spreads(snapshot))
+    return evaluate_cluster(snapshot, rules)
 
 
 def report(snapshot, rules, args, io: IO) -> int:
@@ -150,7 +148,17 @@ def report(snapshot, rules, args, io: IO) -> int:
         io.stdout.write(json_out.dumps(matrix.document(result, args.fail_on), redactor))
     elif fmt == "markdown":
         io.stdout.write(matrix.markdown(result, args.fail_on, redactor))
+    elif fmt == "junit":
+        from gpudoctor.render import ci
+
+        io.stdout.write(ci.junit(result, args.fail_on, f"gpudoctor {getattr(args, 'command', None) or 'cluster'}", redactor))
+    elif fmt == "github":
+        from gpudoctor.render import ci
+
+        io.stdout.write(ci.github(result, args.fail_on, None, redactor))
     else:
         matrix.write_text(result, args.fail_on, getattr(args, "verbose", False), stream_is_unicode(io.stdout), io.stdout,
                           use_color(getattr(args, "color", "auto"), io.stdout, io.environ), redactor)
-    return ExitCode.FINDINGS if result.blocking(args.fail_on) else ExitCode.OK
+    from gpudoctor import verdict
+
+    return verdict.of(result, args.fail_on).exit_code

@@ -10,7 +10,6 @@ against this machine (a fresh probe, or ``--snapshot FILE``) to confirm the caus
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 
@@ -112,16 +111,12 @@ def _launch_command(args) -> list:
 
 
 def _add_launch_facts(snapshot, command, args, io: IO) -> None:
-    """The launch command's facts (flags, model config, parallel plan), as preflight reads them: files only."""
-    from gpudoctor import runner
-    from gpudoctor.probes import Context, merge
-    from gpudoctor.probes import launch as launch_probe
+    """The launch command laid over the snapshot exactly as preflight lays it (gpudoctor/pipeline.py):
+    its facts (flags, model config, parallel plan; files only) and its ``NAME=value`` assignments."""
+    from gpudoctor.commands.pipeline import overlay_launch, read_launch
     from gpudoctor.probes.launch.probe import read_command
 
-    ctx = Context(environ=dict(io.environ), timeout=args.timeout, python=getattr(args, "python", None),
-                  command=read_command(command), cwd=os.getcwd(),
-                  deadline=runner.work_deadline(args.timeout))  # the probes after it share the deadline
-    merge(snapshot, launch_probe.collect(ctx))
+    overlay_launch(snapshot, read_launch(read_command(command), io.environ, args.timeout, getattr(args, "python", None)))
 
 
 def _lookup(target: str, args, io: IO):

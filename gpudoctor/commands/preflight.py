@@ -63,12 +63,11 @@ def _command(args) -> list:
 
 def run(args, io: IO) -> int:
     from gpudoctor.commands.check import render, selected_rules
-    from gpudoctor import registry, runner
+    from gpudoctor import registry
     from gpudoctor.engine import run_rules
-    from gpudoctor.probes import Context, merge
-    from gpudoctor.probes import launch as launch_probe
+    from gpudoctor.commands.pipeline import overlay_launch, read_launch
     from gpudoctor.probes.launch.parser import CommandFileError
-    from gpudoctor.probes.launch.probe import command_python, env_facts, read_command
+    from gpudoctor.probes.launch.probe import command_python, read_command
 
     command = _command(args)
     rules = selected_rules(args)
@@ -83,9 +82,7 @@ def run(args, io: IO) -> int:
         launch = read_command(command or None, args.from_file, dict(io.environ))
     except CommandFileError as exc:
         raise UsageError(str(exc)) from None
-    launch_ctx = Context(environ=dict(io.environ), timeout=args.timeout, python=python, command=launch, cwd=os.getcwd(),
-                         deadline=runner.work_deadline(args.timeout))  # the probes after it share the deadline
-    facts = launch_probe.collect(launch_ctx)
+    read = read_launch(launch, io.environ, args.timeout, python)  # the probes after it share its deadline
 
     inferred = None
     if python is None and not args.snapshot:
@@ -94,15 +91,13 @@ def run(args, io: IO) -> int:
         inferred = command_python(launch.program_argv, dict(io.environ))
         if inferred is not None:
             args.python = inferred[0]
-    port = facts.get("launch.port")
-    launch_port = port.value.get("port") if port is not None and port.ok else None
-    args.port = args.port if args.port is not None else (launch_port if isinstance(launch_port, int) else 8000)
+    args.port = args.port if args.port is not None else (read.port or 8000)
     if args.snapshot:
         args.python = None  # with --snapshot, --python only says where the command's vLLM lives
         snapshot = replay(args)
     else:
         snapshot = probe(args, io)
-    merge(snapshot, env_facts(launch), facts)  # the command's assignments over the machine's env, then its facts
+    overlay_launch(snapshot, read)  # the command's assignments over the machine's env, then its facts
     result = run_rules(snapshot, rules)
     result.notes.extend(preflight_notes(snapshot))
     if inferred is not None:
@@ -110,7 +105,7 @@ def run(args, io: IO) -> int:
                             "--python PY chooses another")
     result.notes.extend(registry.pack_notes())
     if args.verbose:
-        for text in launch_ctx.debug + result.debug:
+        for text in read.debug + result.debug:
             io.stderr.write(text + "\n")
     render(result, args, io)
     blocking = result.gated(args.fail_on)

@@ -7,7 +7,7 @@ import os
 import time
 
 from gpudoctor.commands.common import IO, SnapshotFiles, UsageError, add_probe_options, load_snapshot, probe, write_private
-from gpudoctor.exitcodes import FAIL_ON_CHOICES, ExitCode
+from gpudoctor.exitcodes import FAIL_ON_CHOICES
 
 EPILOG = (
     "Output: Markdown on stdout, or -o FILE (written readable by you only). --bundle writes a .tar.gz "
@@ -125,7 +125,9 @@ def run(args, io: IO) -> int:
         io.stderr.write(f"gpudoctor: report written to {args.output}\n")
     elif to_stdout or not args.bundle:
         io.stdout.write(main)
-    return ExitCode.FINDINGS if rep.result.gated(args.fail_on) else ExitCode.OK
+    from gpudoctor import verdict
+
+    return verdict.of(rep.result, args.fail_on).exit_code
 
 
 def _meanwhile(args, smi) -> None:
@@ -161,8 +163,9 @@ def _cluster_report(snapshot, args, io: IO) -> int:
         io.stderr.write(f"gpudoctor: report written to {args.output}\n")
     else:
         io.stdout.write(text)
-    blocking = matrix.document(result, args.fail_on).get("blocking")
-    return ExitCode.FINDINGS if blocking else ExitCode.OK
+    from gpudoctor import verdict
+
+    return verdict.of(result, args.fail_on).exit_code
 
 
 def _bundle_path(output):
