@@ -275,11 +275,12 @@ def build(result: ClusterResult, fail_on: str, verbose: bool = False, unicode: b
         if verbose:
             lines.extend(_quiet_outcomes(outcomes, glyphs))
     lines.append([])
-    lines.append(_summary(result, fail_on))
+    # the notes and the areas not checked, then the summary: its verdict stays the last line
     for note in result.notes:
         lines.append([(f"{glyphs['warning']} ", STYLES["warning"]), (note, "bold")])
     for number, text in enumerate(summary_lines(result.outcomes, fail_on)):
         lines.append([(f"{glyphs[UNKNOWN]} " if number == 0 else "", STYLES[UNKNOWN]), (text, "" if number else "bold")])
+    lines.append(_summary(result, fail_on))
     return lines
 
 
