@@ -12,10 +12,55 @@ that takes a step from here cannot answer differently from another command takin
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gpudoctor.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for, read once from the parsed command line (config files already
+    applied, gpudoctor/config.py) into one typed value: every option a step reads, each command's
+    absent ones at their defaults. Steps read it and never rewrite it: a changed view is a new
+    Request (``dataclasses.replace``), as preflight's interpreter and port taken from the command."""
+
+    command: str = "check"
+    root: str = "/"
+    timeout: float = 10.0
+    python: Optional[str] = None  # --python: the interpreter whose environment is inspected
+    deep: bool = False
+    gpu: Optional[str] = None  # --gpu SPEC as typed (common.gpu_option parses it)
+    port: Optional[int] = 8000  # None: preflight's "the command's --port, else 8000"
+    snapshot: Optional[str] = None  # the first --snapshot file
+    snapshots: Tuple[str, ...] = ()  # every --snapshot file (several: one per node)
+    select: Optional[Tuple[str, ...]] = None
+    ignore: Optional[Tuple[str, ...]] = None
+    format: str = "text"
+    fail_on: str = "error"
+    color: str = "auto"
+    quiet: bool = False
+    verbose: bool = False
+    anonymize: bool = False
+    smoke: Optional[str] = None  # check --smoke [URL]
+    from_file: Optional[str] = None  # preflight --from-file
+    launch: Optional[str] = None  # explain --launch CMD
+    save: Optional[str] = None  # cluster --save
+    address: str = "auto"  # cluster --address
+    tensor_parallel_size: Optional[int] = None
+    pipeline_parallel_size: Optional[int] = None
+
+    @classmethod
+    def from_args(cls, args: Any) -> "Request":
+        """The one place the parsed arguments are read."""
+        given = vars(args)
+        values = {f.name: given[f.name] for f in fields(cls) if f.name in given}
+        for name in ("select", "ignore"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
+        snapshot = values.get("snapshot")
+        values["snapshots"] = tuple(given.get("snapshots") or ([snapshot] if snapshot else []))
+        return cls(**values)
 
 
 @dataclass
