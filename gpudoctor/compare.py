@@ -70,8 +70,18 @@ NOISE: Tuple[str, ...] = (
     "processes.*",
     "*.elapsed*",
     "packages.*.checked",  # how many RECORD files the probe checked: its budget, not the machine
+    "packages.*.*.checked",
     "*.took*",
+    # gpudoctor's own bookkeeping: how its kernel scan went (timings, cache) and where its child
+    # interpreter looked for modules; the installed files and the environment are compared elsewhere
+    "kernels.scan",
+    "kernels.scan.*",
+    "python.sys_path",
 )
+
+# Keys inside a fact's values that are gpudoctor's bookkeeping (a scan's timing per binary): left out
+# before two values are compared, so `kernels.binaries` differs only when the binaries do.
+BOOKKEEPING_KEYS = frozenset({"elapsed_s"})
 
 ADDED = "added"
 REMOVED = "removed"
@@ -187,8 +197,17 @@ def _flatten_fact(path: str, fact: Fact, out: Dict[str, Side]) -> None:
     if fact.ok and isinstance(fact.value, dict) and fact.value:
         _flatten_value(path, fact.value, out)
     else:
-        value = MASK if fact.ok and is_secret_name(path.rsplit(".", 1)[-1]) and fact.value else fact.value
+        value = MASK if fact.ok and is_secret_name(path.rsplit(".", 1)[-1]) and fact.value else _without_bookkeeping(fact.value)
         out[path] = Side(True, fact.status, value, fact.detail if not fact.ok else "")
+
+
+def _without_bookkeeping(value: Any) -> Any:
+    """A list's items without gpudoctor's own timings (BOOKKEEPING_KEYS), at any depth."""
+    if isinstance(value, dict):
+        return {k: _without_bookkeeping(v) for k, v in value.items() if k not in BOOKKEEPING_KEYS}
+    if isinstance(value, list):
+        return [_without_bookkeeping(item) for item in value]
+    return value
 
 
 def _flatten_value(path: str, value: Dict[str, Any], out: Dict[str, Side]) -> None:
@@ -199,7 +218,7 @@ def _flatten_value(path: str, value: Dict[str, Any], out: Dict[str, Side]) -> No
         elif isinstance(item, dict) and item:
             _flatten_value(child, item, out)
         else:
-            out[child] = Side(True, "ok", item)
+            out[child] = Side(True, "ok", _without_bookkeeping(item))
 
 
 def _same(a: Side, b: Side) -> bool:
@@ -273,13 +292,16 @@ class OutcomeChange:
     a: str
     b: str
     message: str
+    regression: bool = False  # B fails at or above --fail-on where A did not fail as badly
 
     def to_json(self) -> Dict[str, Any]:
-        return {"id": self.rule, "name": self.name, "a": self.a, "b": self.b, "message": self.message}
+        return {"id": self.rule, "name": self.name, "a": self.a, "b": self.b, "message": self.message,
+                "regression": self.regression}
 
 
-def outcome_changes(a: Snapshot, b: Snapshot, rules: Optional[list] = None) -> List[OutcomeChange]:
-    """Rules whose verdict differs between the two machines (a severity, or pass / unknown / n/a)."""
+def outcome_changes(a: Snapshot, b: Snapshot, rules: Optional[list] = None, fail_on: str = "error") -> List[OutcomeChange]:
+    """Rules whose verdict differs between the two machines (a severity, or pass / unknown / n/a),
+    both snapshots judged by the same rules; regressions first."""
     from gpudoctor import registry
     from gpudoctor.engine import run_rules
 
@@ -295,8 +317,17 @@ def outcome_changes(a: Snapshot, b: Snapshot, rules: Optional[list] = None) -> L
                 message = "A: " + oa.findings[0].message
             else:
                 message = f"B: {ob.reason}" if ob.reason else f"A: {oa.reason}" if oa.reason else ""
-            changes.append(OutcomeChange(oa.rule.id, oa.rule.name, va, vb, message))
-    return changes
+            changes.append(OutcomeChange(oa.rule.id, oa.rule.name, va, vb, message, _regressed(va, vb, fail_on)))
+    return sorted(changes, key=lambda c: not c.regression)
+
+
+def _regressed(a: str, b: str, fail_on: str) -> bool:
+    """B fails at or above ``fail_on`` (the gate check uses) and worse than A."""
+    from gpudoctor.rule import SEVERITY_RANK
+
+    floor = SEVERITY_RANK.get(fail_on, SEVERITY_RANK["warning"])
+    worse = SEVERITY_RANK.get(b, -1) > SEVERITY_RANK.get(a, -1)
+    return b in SEVERITY_RANK and SEVERITY_RANK[b] >= floor and worse
 
 
 def _verdict(outcome) -> str:

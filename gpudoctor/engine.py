@@ -117,6 +117,12 @@ class ClusterResult:
     entries: List[Dict[str, Any]]  # every node: {"name", "status", "detail", …} (gpudoctor/cluster.py)
     debug: List[str] = field(default_factory=list)
     spreads: List[Any] = field(default_factory=list)  # watched values across nodes, for the matrix (rules/cluster_policy.py)
+    notes: List[str] = field(default_factory=list)  # said loudly by every renderer, as Result.notes
+
+    @property
+    def outcomes(self) -> List[Outcome]:
+        """Every outcome: the cross-node rules', then each answering node's."""
+        return list(self.cluster.outcomes) + [o for result in self.per_node.values() for o in result.outcomes]
 
     @property
     def names(self) -> List[str]:
@@ -150,6 +156,11 @@ class ClusterResult:
 
     def blocking(self, fail_on: str) -> List[Finding]:
         return blocking(self.findings, fail_on)
+
+    def gated(self, fail_on: str) -> bool:
+        from gpudoctor.gates import gated
+
+        return gated(self.blocking(fail_on), self.outcomes, fail_on)
 
 
 def run_cluster(snapshot: Snapshot, rules: Sequence[RuleMeta], entries: Sequence[Dict[str, Any]],

@@ -175,12 +175,10 @@ def _n(count: int, word: str) -> str:
 
 
 def verdict_line(report: Report) -> str:
-    counts = report.result.counts()
-    blocking = report.blocking
-    rest = f"{_n(counts['error'], 'error')}, {_n(counts['warning'], 'warning')}, {counts['pass']} passed, {counts['unknown']} unknown"
-    if blocking:
-        return f"**Blocking: {len(blocking)} finding{'s' * (len(blocking) != 1)} at or above {report.fail_on}** ({rest})."
-    return f"**Nothing blocking** ({rest})."
+    from gpudoctor import verdict as judged
+
+    verdict = judged.of(report.result, report.fail_on)
+    return f"{verdict.headline} ({', '.join(verdict.count_parts())})."
 
 
 # --- Markdown ----------------------------------------------------------------------------

@@ -23,7 +23,9 @@ def gd(*args):
 def test_two_h200_snapshots_from_different_gpudoctor_versions_have_no_difference_that_matters():
     proc = gd("compare", str(SNAPSHOTS / "h200-full.json"), str(SNAPSHOTS / "h200-stale-engine.json"), "--format", "json")
     doc = json.loads(proc.stdout)
-    assert proc.returncode == 0 and doc["matters"] == []  # was 10, all "absent -> (not collected)"
+    assert doc["matters"] == []  # was 10, all "absent -> (not collected)"
+    # exit 1 all the same: B has a stale engine (GD601 pass -> error), a rule regression (issue 28)
+    assert proc.returncode == 1 and [r["id"] for r in doc["regressions"]] == ["GD601"]
     assert {d["path"].split(".")[0] for d in doc["one_sided"]} == {"flash_attn", "vllm"}
     names = [d for d in doc["other"] if d["path"].startswith("packages.dists.") and d["path"].endswith(".name")]
     assert all(not d["a"].get("present", True) or not d["b"].get("present", True) for d in names)  # no jinja2 -> Jinja2

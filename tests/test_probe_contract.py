@@ -4,18 +4,76 @@ and facts of several sources meet in one function, ``merge``."""
 from __future__ import annotations
 
 import importlib
+import json
+import re
 
-import pytest
 
 from gpudoctor.probes import Context, default_probes, merge
 from gpudoctor.probes.launch.probe import Command, env_facts, read_command
-from gpudoctor.snapshot import ABSENT, OK, Fact, Snapshot
+from gpudoctor.snapshot import ABSENT, OK, STATUSES, Fact, Snapshot
 
 
-@pytest.mark.parametrize("module", ["gpudoctor.probes.launch", "gpudoctor.probes.smoke", "gpudoctor.probes.processes",
-                                    "gpudoctor.probes.host", "gpudoctor.probes.pystack"])
-def test_every_source_is_collect_of_a_context(module):
-    assert callable(importlib.import_module(module).collect)
+FACT_PATH = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_+\-]+)*$")
+
+
+def contract_violations(facts) -> list:
+    """What in one probe's answer breaks the contract: {dotted fact path: Fact}, each status one of
+    snapshot.STATUSES, a reason on every fact that is not ok, and a value a snapshot file can carry."""
+    if not isinstance(facts, dict):
+        return [f"returned {type(facts).__name__}, not a dict of facts"]
+    wrong = []
+    for path, fact in facts.items():
+        if not isinstance(path, str) or not FACT_PATH.match(path):
+            wrong.append(f"{path!r}: not a dotted fact path")
+        elif not isinstance(fact, Fact):
+            wrong.append(f"{path}: {type(fact).__name__}, not a Fact")
+        elif fact.status not in STATUSES:
+            wrong.append(f"{path}: unknown status {fact.status!r}")
+        elif fact.status != OK and not fact.detail:
+            wrong.append(f"{path}: {fact.status} without a reason")
+        else:
+            try:
+                Fact.from_json(json.loads(json.dumps(fact.to_json())))
+            except (TypeError, ValueError) as exc:
+                wrong.append(f"{path}: not storable in a snapshot ({exc})")
+    return wrong
+
+
+def contexts(tmp_path):
+    """Each source with what it reads from the context: an empty machine root, no environment, a
+    short deadline; the launch command names a model that does not exist, the server does not answer."""
+    from gpudoctor import runner
+    from gpudoctor.probes.smoke.session import Options
+
+    def ctx(**fields):
+        return Context(root=str(tmp_path), environ={}, timeout=5.0, deadline=runner.work_deadline(5.0), cwd=str(tmp_path), **fields)
+
+    sources = [(f"default:{name}", probe, ctx()) for name, probe in default_probes()]
+    sources.append(("launch", importlib.import_module("gpudoctor.probes.launch").collect,
+                    ctx(command=read_command(["HF_HUB_OFFLINE=1", "vllm", "serve", str(tmp_path / "no-model"), "--port", "9"]))))
+    sources.append(("smoke", importlib.import_module("gpudoctor.probes.smoke").collect,
+                    ctx(smoke=Options(url="http://127.0.0.1:9", timeout=3.0, wait=False))))
+    return sources
+
+
+def test_every_source_keeps_the_contract_where_nothing_is_there(tmp_path):
+    """collect(ctx) -> {fact path: Fact} for every source, even on an empty root with no
+    environment, a missing model and a server that does not answer: never an exception, every
+    failure a fact with a status and its reason."""
+    seen = set()
+    for name, collect, ctx in contexts(tmp_path):
+        facts = collect(ctx)  # raises: the contract is broken
+        assert not contract_violations(facts), (name, contract_violations(facts))
+        assert facts, f"{name} said nothing: a source that cannot read answers with facts saying why"
+        seen.add(name)
+    assert {"default:host", "default:python", "launch", "smoke"} <= seen
+
+
+def test_the_contract_check_can_fail():
+    assert contract_violations([]) and contract_violations({"gpu.count": 1})
+    assert contract_violations({"gpu.count": Fact(None, ABSENT, "nvml")})  # absent: why?
+    assert contract_violations({"GPU count": Fact(1, OK, "nvml")}) and contract_violations({"x": Fact(object(), OK)})
+    assert not contract_violations({"gpu.0.name": Fact("NVIDIA H200", OK, "nvml"), "gpu.count": Fact(None, ABSENT, "nvml", "no driver")})
 
 
 def test_the_sources_a_command_names_give_nothing_without_it():

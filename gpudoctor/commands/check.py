@@ -29,81 +29,86 @@ def configure(parser) -> None:
     parser.add_argument("--smoke", nargs="?", const="auto", metavar="URL", help="finally run the inference smoke check against URL (default: the server found listening here)")
 
 
-def render(result, args, io: IO) -> None:
+def render(result, request, io: IO) -> None:
+    """One node's result in the request's format (text, json, markdown, junit, github: all of FORMATS)."""
     from gpudoctor.redact import for_snapshot
 
-    redactor = for_snapshot(result.snapshot, anonymize=getattr(args, "anonymize", False), environ=io.environ)
-    if args.format == "json":
+    redactor = for_snapshot(result.snapshot, anonymize=request.anonymize, environ=io.environ)
+    if request.format == "json":
         from gpudoctor.render import json_out
 
-        io.stdout.write(json_out.dumps(json_out.document(result, args.fail_on), redactor))
-    elif args.format in ("junit", "github"):
+        io.stdout.write(json_out.dumps(json_out.document(result, request.fail_on), redactor))
+    elif request.format in ("junit", "github"):
         from gpudoctor.render import ci
 
-        if args.format == "junit":
-            io.stdout.write(ci.junit(result, args.fail_on, f"gpudoctor {getattr(args, 'command', None) or 'check'}", redactor))
+        if request.format == "junit":
+            io.stdout.write(ci.junit(result, request.fail_on, f"gpudoctor {request.command}", redactor))
         else:
-            io.stdout.write(ci.github(result, args.fail_on, getattr(args, "from_file", None) or getattr(args, "snapshot", None), redactor))
-    elif args.format == "markdown":
+            io.stdout.write(ci.github(result, request.fail_on, request.from_file or request.snapshot, redactor))
+    elif request.format == "markdown":
         from gpudoctor.render import markdown
 
-        io.stdout.write(markdown.render(result, args.fail_on, redactor))
+        io.stdout.write(markdown.render(result, request.fail_on, redactor))
     else:
         from gpudoctor.render import text
 
-        lines = text.build(result, args.fail_on, args.verbose, stream_is_unicode(io.stdout), getattr(args, "quiet", False))
-        text.write(lines, io.stdout, use_color(args.color, io.stdout, io.environ), redactor)
+        lines = text.build(result, request.fail_on, request.verbose, stream_is_unicode(io.stdout), request.quiet)
+        text.write(lines, io.stdout, use_color(request.color, io.stdout, io.environ), redactor)
 
 
-def _load_while_probing(args):
+def _load_while_probing(request):
     """The rules, and the modules that run and render them: imported while the probes run, not
     after them (cold, on an H200 host, ~20 ms of a check's longest path)."""
-    rules = selected_rules(args)
+    rules = selected_rules(request)
     import gpudoctor.engine  # noqa: F401
     import gpudoctor.redact  # noqa: F401
 
-    module = {"json": "json_out", "junit": "ci", "github": "ci", "markdown": "markdown"}.get(args.format, "text")
+    module = {"json": "json_out", "junit": "ci", "github": "ci", "markdown": "markdown"}.get(request.format, "text")
     __import__(f"gpudoctor.render.{module}")
     return rules
 
 
 def run(args, io: IO) -> int:
-    if getattr(args, "show_config", False):
+    if args.show_config:
         from gpudoctor.config import show
 
         io.stdout.write(show(args))
         return ExitCode.OK
+    from gpudoctor.commands.pipeline import Request
 
-    if args.snapshot:
-        rules = selected_rules(args)
-        if len(getattr(args, "snapshots", None) or ()) > 1:  # one file per node: a cluster (commands/cluster.py)
+    request = Request.from_args(args)
+    if request.snapshot:
+        rules = selected_rules(request)
+        if len(request.snapshots) > 1:  # one file per node: a cluster (commands/cluster.py)
             from gpudoctor.commands.cluster import check_snapshots
 
-            return check_snapshots(args, io, rules)
-        snapshot = replay(args)
+            return check_snapshots(request, io, rules)
+        snapshot = replay(request)
     else:
         loaded = []  # the rules load while the probes run
-        snapshot = probe(args, io, meanwhile=lambda: loaded.append(_load_while_probing(args)))
+        snapshot = probe(request, io, meanwhile=lambda: loaded.append(_load_while_probing(request)))
         rules = loaded[0]
-    if args.snapshot and not getattr(args, "smoke", None):
+    if request.snapshot and not request.smoke:
         from gpudoctor.cluster import is_cluster
 
         if is_cluster(snapshot):  # a file saved by `gpudoctor cluster --save`
             from gpudoctor.commands.cluster import report
 
-            return report(snapshot, rules, args, io)
-    if args.smoke:
+            return report(snapshot, rules, request, io)
+    if request.smoke:
         from gpudoctor.commands.smoke import add_smoke_facts
 
-        add_smoke_facts(snapshot, args, io)
+        add_smoke_facts(snapshot, request, io)
     from gpudoctor.engine import run_rules  # imported while probing (_load_while_probing); here for a replay
 
     result = run_rules(snapshot, rules)
     from gpudoctor.registry import pack_notes
 
     result.notes.extend(pack_notes())
-    if args.verbose:
+    if request.verbose:
         for text in result.debug:
             io.stderr.write(text + "\n")
-    render(result, args, io)
-    return ExitCode.FINDINGS if result.gated(args.fail_on) else ExitCode.OK
+    render(result, request, io)
+    from gpudoctor import verdict
+
+    return verdict.of(result, request.fail_on).exit_code

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from gpudoctor.commands.common import IO, SnapshotFiles, UsageError, stream_is_unicode, use_color
-from gpudoctor.exitcodes import ExitCode
+from gpudoctor.exitcodes import FAIL_ON_CHOICES
 
 EPILOG = (
     "Over Ray: needs `pip install 'gpudoctor[ray]'` here and gpudoctor installed in every node's Python. "
@@ -24,7 +24,7 @@ EPILOG = (
     "Exit codes: 0 nothing at or above --fail-on, 1 blocking findings (a node that did not answer is one), "
     "2 usage error (no Ray, no cluster at the address)."
 )
-FORMATS = ("text", "json", "markdown")
+FORMATS = ("text", "json", "markdown", "junit", "github")
 DEFAULT_TIMEOUT = 60.0  # per node; the CLI's default (not imported from probes.ray: --help stays light)
 
 
@@ -44,7 +44,8 @@ def configure(parser) -> None:
     parser.add_argument("--select", action="append", metavar="IDS", help="only these rules: IDs, prefixes (GD9), names or areas; comma-separated")
     parser.add_argument("--ignore", action="append", metavar="IDS", help="skip these rules (same forms as --select)")
     parser.add_argument("--format", choices=FORMATS, default="text")
-    parser.add_argument("--fail-on", choices=("error", "warning"), default="error", help="lowest severity that makes the exit code 1 (default: error)")
+    parser.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
+                        help="lowest level that makes the exit code 1 (default: error); unknown: also any rule that could not decide")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostnames, user names, home paths and GPU UUIDs in the output")
     parser.add_argument("--save", metavar="FILE", help="also write the merged cluster snapshot (replay: gpudoctor check --snapshot FILE)")
@@ -53,40 +54,42 @@ def configure(parser) -> None:
 # --- the command --------------------------------------------------------------------------------
 def run(args, io: IO) -> int:
     from gpudoctor.commands.common import MAX_TIMEOUT, selected_rules
+    from gpudoctor.commands.pipeline import Request
 
-    rules = selected_rules(args)
-    sizes = _plan(args)
-    files = getattr(args, "snapshots", None) or []
-    if files:
-        if args.python:
+    request = Request.from_args(args)
+    rules = selected_rules(request)
+    sizes = _plan(request)
+    if request.snapshots:
+        if request.python:
             raise UsageError("--python inspects interpreters on the nodes; it cannot be combined with --snapshot")
-        snapshot = files_snapshot(files, sizes)
+        snapshot = files_snapshot(list(request.snapshots), sizes)
     else:
-        if not (0 < args.timeout <= MAX_TIMEOUT):  # also refuses nan and inf
+        if not (0 < request.timeout <= MAX_TIMEOUT):  # also refuses nan and inf
             raise UsageError(f"--timeout must be a number of seconds between 0 and {MAX_TIMEOUT:g}")
         from gpudoctor.probes.ray import ClusterError, gather_ray
 
         try:
-            snapshot = gather_ray(args.address, args.timeout, port=args.port, python=args.python, plan=sizes, environ=io.environ)
+            snapshot = gather_ray(request.address, request.timeout, port=request.port, python=request.python, plan=sizes,
+                                  environ=io.environ)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
-    return report(snapshot, rules, args, io)
+    return report(snapshot, rules, request, io)
 
 
-def check_snapshots(args, io: IO, rules) -> int:
+def check_snapshots(request, io: IO, rules) -> int:
     """``gpudoctor check --snapshot a.json --snapshot b.json …``: the same rules and output as cluster."""
-    if getattr(args, "python", None):
+    if request.python:
         raise UsageError("--python inspects an interpreter on this machine; it cannot be combined with --snapshot")
-    if getattr(args, "smoke", None):
+    if request.smoke:
         raise UsageError("--smoke checks one server; it cannot be combined with several --snapshot files")
     transform = None
-    if getattr(args, "gpu", None):
+    if request.gpu:
         from gpudoctor.commands.common import gpu_option
         from gpudoctor.gpu_table import override_snapshot
 
-        spec = gpu_option(args)
-        transform = lambda snap: override_snapshot(snap, spec, args.gpu)  # noqa: E731
-    return report(files_snapshot(getattr(args, "snapshots", None) or [args.snapshot], None, transform), rules, args, io)
+        spec = gpu_option(request)
+        transform = lambda snap: override_snapshot(snap, spec, request.gpu)  # noqa: E731
+    return report(files_snapshot(list(request.snapshots), None, transform), rules, request, io)
 
 
 def files_snapshot(paths: List[str], sizes: Optional[Dict[str, int]], transform=None):
@@ -99,10 +102,9 @@ def files_snapshot(paths: List[str], sizes: Optional[Dict[str, int]], transform=
     return snapshot
 
 
-def _plan(args) -> Dict[str, int]:
+def _plan(request) -> Dict[str, int]:
     sizes = {}
-    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
-        value = getattr(args, key, None)
+    for key, value in (("tensor_parallel_size", request.tensor_parallel_size), ("pipeline_parallel_size", request.pipeline_parallel_size)):
         if value is None:
             continue
         if value < 1:
@@ -112,45 +114,53 @@ def _plan(args) -> Dict[str, int]:
 
 
 def evaluate(snapshot, rules):
-    """The engine on a cluster snapshot (cross-node rules on the merged one, the others on each
-    node's own), with the cross-node policy's watched values for the matrix."""
-    from gpudoctor import cluster
-    from gpudoctor.engine import run_cluster
-    from gpudoctor_rules.cluster_policy import spreads
+    """The engine on a cluster snapshot (gpudoctor/commands/pipeline.py)."""
+    from gpudoctor.commands.pipeline import evaluate_cluster
 
-    return run_cluster(snapshot, rules, cluster.node_entries(snapshot), cluster.reachable(snapshot), spreads(snapshot))
+    return evaluate_cluster(snapshot, rules)
 
 
-def report(snapshot, rules, args, io: IO) -> int:
-    """Run the rules on a cluster snapshot, render it, return the exit code."""
+def report(snapshot, rules, request, io: IO) -> int:
+    """Run the rules on a cluster snapshot, render it in the request's format, return the exit code.
+    Every format of check and cluster: text, json, markdown, junit, github."""
     from gpudoctor import cluster
     from gpudoctor.redact import Identities, Redactor
     from gpudoctor.render import matrix
 
     result = evaluate(snapshot, rules)
-    if getattr(args, "verbose", False):
+    if request.verbose:
         for text in result.debug:
             io.stderr.write(text + "\n")
     redactor = Redactor()
-    if getattr(args, "anonymize", False):
+    if request.anonymize:
         hosts = [snap.value("host.hostname") or "" for _, snap in cluster.reachable(snapshot)] + result.names
         users = [snap.value("host.user") or "" for _, snap in cluster.reachable(snapshot)]
         users += [io.environ.get("USER", ""), io.environ.get("LOGNAME", "")]
         redactor = Redactor(anonymize=True, identities=Identities.from_snapshot(None, hosts, users))
-    save = getattr(args, "save", None)
+    save = request.save
     if save:
         from gpudoctor.commands.common import write_private
 
         write_private(save, redactor(snapshot.dumps()))
         io.stderr.write(f"gpudoctor: cluster snapshot written to {save} ({len(result.entries)} nodes)\n")
-    fmt = getattr(args, "format", "text")
+    fmt, fail_on = request.format, request.fail_on
     if fmt == "json":
         from gpudoctor.render import json_out
 
-        io.stdout.write(json_out.dumps(matrix.document(result, args.fail_on), redactor))
+        io.stdout.write(json_out.dumps(matrix.document(result, fail_on), redactor))
     elif fmt == "markdown":
-        io.stdout.write(matrix.markdown(result, args.fail_on, redactor))
+        io.stdout.write(matrix.markdown(result, fail_on, redactor))
+    elif fmt == "junit":
+        from gpudoctor.render import ci
+
+        io.stdout.write(ci.junit(result, fail_on, f"gpudoctor {request.command}", redactor))
+    elif fmt == "github":
+        from gpudoctor.render import ci
+
+        io.stdout.write(ci.github(result, fail_on, None, redactor))
     else:
-        matrix.write_text(result, args.fail_on, getattr(args, "verbose", False), stream_is_unicode(io.stdout), io.stdout,
-                          use_color(getattr(args, "color", "auto"), io.stdout, io.environ), redactor)
-    return ExitCode.FINDINGS if result.blocking(args.fail_on) else ExitCode.OK
+        matrix.write_text(result, fail_on, request.verbose, stream_is_unicode(io.stdout), io.stdout,
+                          use_color(request.color, io.stdout, io.environ), redactor)
+    from gpudoctor import verdict
+
+    return verdict.of(result, fail_on).exit_code

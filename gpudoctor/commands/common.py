@@ -44,20 +44,20 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
                              '2xH100-80GB, 8xA100-40GB, "A100 80GB" (kernels, arch lists, TP/PP, memory fit)')
 
 
-def probe(args, io: IO, meanwhile=None):
-    """Run the probes on this machine (under args.root) and return the Snapshot.
+def probe(request, io: IO, meanwhile=None):
+    """Run the probes on this machine (under request.root) and return the Snapshot.
 
     ``meanwhile`` runs while the probe threads work (loading the rules overlaps NVML's
     start-up and the file reads).
     """
     from gpudoctor.probes import Context, start
 
-    if not os.path.isdir(args.root):
-        raise UsageError(f"--root {args.root}: not a directory")
-    if not (0 < args.timeout <= MAX_TIMEOUT):  # also refuses nan and inf
+    if not os.path.isdir(request.root):
+        raise UsageError(f"--root {request.root}: not a directory")
+    if not (0 < request.timeout <= MAX_TIMEOUT):  # also refuses nan and inf
         raise UsageError(f"--timeout must be a number of seconds between 0 and {MAX_TIMEOUT:g}")
-    gpu = gpu_option(args)
-    python = getattr(args, "python", None)
+    gpu = gpu_option(request)
+    python = request.python
     if python is not None:
         from gpudoctor.probes.pystack import python_option_error
 
@@ -66,8 +66,8 @@ def probe(args, io: IO, meanwhile=None):
             raise UsageError(problem)
     from gpudoctor import runner
 
-    ctx = Context(root=args.root, environ=io.environ, timeout=args.timeout, port=getattr(args, "port", 8000), python=python,
-                  deep=bool(getattr(args, "deep", False)), deadline=runner.work_deadline(args.timeout))
+    ctx = Context(root=request.root, environ=io.environ, timeout=request.timeout, port=8000 if request.port is None else request.port,
+                  python=python, deep=request.deep, deadline=runner.work_deadline(request.timeout))
     running = start(ctx)
     if meanwhile is not None:
         meanwhile()
@@ -76,22 +76,22 @@ def probe(args, io: IO, meanwhile=None):
     if gpu is not None:
         from gpudoctor.gpu_table import override_snapshot
 
-        override_snapshot(snapshot, gpu, args.gpu)
+        override_snapshot(snapshot, gpu, request.gpu)
     if ctx.deep:  # now that the GPUs to judge are known: load what lacks code for them (in a child)
         from gpudoctor.probes import deep_ext, deep_load, merge
 
-        ctx.deadline = runner.work_deadline(args.timeout)  # what the probes left of the one deadline
+        ctx.deadline = runner.work_deadline(request.timeout)  # what the probes left of the one deadline
         merge(snapshot, deep_load.load(snapshot, ctx))
         merge(snapshot, deep_ext.load(snapshot, ctx))  # every torch extension, after import torch
-    if args.verbose:
+    if request.verbose:
         for text in ctx.debug:
             io.stderr.write(text + "\n")
     return snapshot
 
 
-def gpu_option(args):
+def gpu_option(request):
     """``--gpu SPEC`` parsed (a GpuSpec), None when not given; a bad spec is a usage error."""
-    text = getattr(args, "gpu", None)
+    text = request.gpu
     if text is None:
         return None
     from gpudoctor.gpu_table import SpecError, parse_spec
@@ -102,16 +102,16 @@ def gpu_option(args):
         raise UsageError(str(exc)) from None
 
 
-def replay(args):
+def replay(request):
     """``--snapshot FILE``: load it; ``--gpu`` applies to a replay too, ``--python`` cannot."""
-    if getattr(args, "python", None):
+    if request.python:
         raise UsageError("--python inspects an interpreter on this machine; it cannot be combined with --snapshot")
-    gpu = gpu_option(args)
-    snapshot = load_snapshot(args.snapshot)
+    gpu = gpu_option(request)
+    snapshot = load_snapshot(request.snapshot)
     if gpu is not None:
         from gpudoctor.gpu_table import override_snapshot
 
-        override_snapshot(snapshot, gpu, args.gpu)
+        override_snapshot(snapshot, gpu, request.gpu)
     return snapshot
 
 
@@ -148,11 +148,13 @@ def write_private(path: str, data: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def selected_rules(args):
+def selected_rules(request):
     """The rules --select / --ignore pick (every command that runs rules)."""
     from gpudoctor import registry
 
+    select = list(request.select) if request.select is not None else None
+    ignore = list(request.ignore) if request.ignore is not None else None
     try:
-        return registry.select(registry.load_rules(), registry.split_selectors(args.select), registry.split_selectors(args.ignore))
+        return registry.select(registry.load_rules(), registry.split_selectors(select), registry.split_selectors(ignore))
     except registry.RegistryError as exc:
         raise UsageError(str(exc)) from None

@@ -11,9 +11,11 @@ EPILOG = (
     "A and B are files written by `gpudoctor snapshot` (or the JSON of `check --format json` / `report --format json`). "
     "Differences that matter: driver, CUDA, torch, vLLM, flash-attn, GPU model and compute capability, "
     "CUDA_VISIBLE_DEVICES and other CUDA/NCCL/VLLM/TORCH variables, Python. "
-    "Noise that is never counted: probe timings, free/used memory, the processes holding a GPU. "
-    "Exit codes: 0 no difference that matters (other differences may exist); "
-    "1 at least one difference that matters; 2 usage error (a file missing or not a snapshot)."
+    "Noise that is never counted: probe timings, free/used memory, the processes holding a GPU, gpudoctor's own "
+    "bookkeeping (scan timings, sys.path). Both snapshots are judged by the rules: a rule that fails on B at or above "
+    "--fail-on and did not fail as badly on A is a regression, listed first. "
+    "Exit codes: 0 no rule regression and no difference that matters (other differences may exist); "
+    "1 a rule regression or a difference that matters; 2 usage error (a file missing or not a snapshot)."
 )
 SCHEMA_VERSION = 1
 
@@ -24,6 +26,8 @@ def configure(parser) -> None:
     parser.add_argument("b", metavar="B.json")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostnames, user names, home paths and GPU UUIDs")
+    parser.add_argument("--fail-on", choices=("error", "warning"), default="error",
+                        help="lowest severity of a rule regression (a rule that fails on B, not on A) that makes the exit code 1 (default: error)")
     parser.add_argument("-v", "--verbose", action="store_true", help="also list the differences set aside as noise")
 
 
@@ -52,7 +56,8 @@ def run(args, io: IO) -> int:
 
     a, b = load(args.a), load(args.b)
     result = compare.compare(a, b)
-    changes = compare.outcome_changes(a, b)
+    changes = compare.outcome_changes(a, b, fail_on=args.fail_on)
+    regressions = [c for c in changes if c.regression]
     redactor = Redactor()
     if args.anonymize:
         ia, ib = Identities.from_snapshot(a), Identities.from_snapshot(b)
@@ -69,12 +74,13 @@ def run(args, io: IO) -> int:
             "noise": [d.to_json() for d in result.noise],
             "one_sided": [d.to_json() for d in result.one_sided],
             "equal_facts": result.same,
+            "regressions": [c.to_json() for c in regressions],
             "rule_outcomes": [c.to_json() for c in changes],
         }
         io.stdout.write(redactor(json.dumps(redactor.data(doc, strings=False), indent=1, sort_keys=False, default=str, ensure_ascii=False)) + "\n")
     else:
         io.stdout.write(redactor(render_text(args, a, b, result, changes)))
-    return ExitCode.FINDINGS if result.matters else ExitCode.OK
+    return ExitCode.FINDINGS if result.matters or regressions else ExitCode.OK
 
 
 def render_text(args, a, b, result, changes) -> str:
@@ -86,6 +92,11 @@ def render_text(args, a, b, result, changes) -> str:
         f"  B: {args.b}  ({compare.summary(b)})",
         "",
     ]
+    regressions = [c for c in changes if c.regression]
+    if regressions:
+        out.append(f"Rule regressions: fail on B at or above {args.fail_on}, not on A ({len(regressions)}):")
+        out.extend(_change_line(c) for c in regressions)
+        out.append("")
     groups = [("Differences that matter", result.matters), ("Other differences", result.other)]
     if args.verbose:
         groups.append(("Noise (not counted)", result.noise))
@@ -100,10 +111,10 @@ def render_text(args, a, b, result, changes) -> str:
             absent = "(unset)" if d.path.startswith("env.") else "(not installed)" if d.path.startswith("packages.") else "(not collected)"
             out.append(f"  {d.path:<{width}}  {d.a.display(absent=absent)}  ->  {d.b.display(absent=absent)}")
         out.append("")
-    if changes:
-        out.append(f"Rule outcomes that differ ({len(changes)}):")
-        for c in changes:
-            out.append(f"  {c.rule} {c.name}: {c.a} -> {c.b}" + (f"  ({c.message})" if c.message else ""))
+    others = [c for c in changes if not c.regression]
+    if others:
+        out.append(f"{'Other rule' if regressions else 'Rule'} outcomes that differ ({len(others)}):")
+        out.extend(_change_line(c) for c in others)
         out.append("")
     if result.noise and not args.verbose:
         out.append(f"Set aside as noise: {len(result.noise)} (probe timings, free/used memory, GPU processes); -v lists them.")
@@ -111,11 +122,23 @@ def render_text(args, a, b, result, changes) -> str:
         facts = sorted({p.split(".")[0] + "." + p.split(".")[1] if "." in p else p for p in (d.path for d in result.one_sided)})
         shown = ", ".join(facts[:6]) + (f" and {len(facts) - 6} more" if len(facts) > 6 else "")
         out.append(f"Collected on one side only, not compared: {len(result.one_sided)} ({shown}); -v lists them.")
-    if not result.differences:
-        verdict = "the two snapshots agree on every fact that is compared: exit 0"
-    elif result.matters:
-        verdict = f"{len(result.matters)} difference{'s' * (len(result.matters) != 1)} that matter: exit 1"
-    else:
-        verdict = f"{len(result.other)} minor difference{'s' * (len(result.other) != 1)}, none that matters: exit 0"
-    out.append(f"Result: {verdict}")
+    out.append(f"Result: {_verdict(result, regressions, args.fail_on)}")
     return "\n".join(out) + "\n"
+
+
+def _change_line(c) -> str:
+    return f"  {c.rule} {c.name}: {c.a} -> {c.b}" + (f"  ({c.message})" if c.message else "")
+
+
+def _verdict(result, regressions, fail_on: str) -> str:
+    """The one sentence: regressions first, then the differences that matter; the exit code last."""
+    parts = []
+    if regressions:
+        parts.append(f"{len(regressions)} rule regression{'s' * (len(regressions) != 1)} at or above {fail_on}")
+    if result.matters:
+        parts.append(f"{len(result.matters)} difference{'s' * (len(result.matters) != 1)} that matter")
+    if parts:
+        return ", ".join(parts) + ": exit 1"
+    if not result.differences:
+        return "the two snapshots agree on every fact that is compared: exit 0"
+    return f"{len(result.other)} minor difference{'s' * (len(result.other) != 1)}, none that matters: exit 0"

@@ -10,7 +10,6 @@ against this machine (a fresh probe, or ``--snapshot FILE``) to confirm the caus
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 
@@ -71,13 +70,16 @@ def run(args, io: IO) -> int:
 
     snapshot, where = None, ""
     if matches and not args.no_confirm:
-        if args.snapshot:
-            snapshot, where = load_snapshot(args.snapshot), f"the snapshot {args.snapshot}"
+        from gpudoctor.commands.pipeline import Request
+
+        request = Request.from_args(args)
+        if request.snapshot:
+            snapshot, where = load_snapshot(request.snapshot), f"the snapshot {request.snapshot}"
         else:
-            snapshot, where = probe(args, io), "this machine (probed now)"
-        command = _launch_command(args)
+            snapshot, where = probe(request, io), "this machine (probed now)"
+        command = _launch_command(request)
         if command:
-            _add_launch_facts(snapshot, command, args, io)
+            _add_launch_facts(snapshot, command, request, io)
             where += " and the launch command"
     confirmations = [
         explain.confirm(m.signature, snapshot, details=m.details) if snapshot is not None and m.signature.role == explain.CAUSE else None
@@ -102,26 +104,22 @@ def run(args, io: IO) -> int:
     return ExitCode.OK if matches else ExitCode.FINDINGS
 
 
-def _launch_command(args) -> list:
-    if not getattr(args, "launch", None):
+def _launch_command(request) -> list:
+    if not request.launch:
         return []
     try:
-        return shlex.split(args.launch)
+        return shlex.split(request.launch)
     except ValueError as exc:
         raise UsageError(f"--launch: {exc}") from None
 
 
-def _add_launch_facts(snapshot, command, args, io: IO) -> None:
-    """The launch command's facts (flags, model config, parallel plan), as preflight reads them: files only."""
-    from gpudoctor import runner
-    from gpudoctor.probes import Context, merge
-    from gpudoctor.probes import launch as launch_probe
+def _add_launch_facts(snapshot, command, request, io: IO) -> None:
+    """The launch command laid over the snapshot exactly as preflight lays it (gpudoctor/pipeline.py):
+    its facts (flags, model config, parallel plan; files only) and its ``NAME=value`` assignments."""
+    from gpudoctor.commands.pipeline import overlay_launch, read_launch
     from gpudoctor.probes.launch.probe import read_command
 
-    ctx = Context(environ=dict(io.environ), timeout=args.timeout, python=getattr(args, "python", None),
-                  command=read_command(command), cwd=os.getcwd(),
-                  deadline=runner.work_deadline(args.timeout))  # the probes after it share the deadline
-    merge(snapshot, launch_probe.collect(ctx))
+    overlay_launch(snapshot, read_launch(read_command(command), io.environ, request.timeout, request.python))
 
 
 def _lookup(target: str, args, io: IO):

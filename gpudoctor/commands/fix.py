@@ -36,7 +36,10 @@ def run(args, io: IO) -> int:
 
     if not (0 <= args.grace <= 3600):
         raise UsageError("--grace must be between 0 and 3600 seconds")
-    rules = selected_rules(args)
+    from gpudoctor.commands.pipeline import Request
+
+    request = Request.from_args(args)
+    rules = selected_rules(request)
 
     def say(text: str = "") -> None:
         io.stdout.write(redact(text) + "\n")
@@ -48,7 +51,7 @@ def run(args, io: IO) -> int:
     trouble = False
 
     def check():
-        result = run_rules(probe(args, io), rules)
+        result = run_rules(probe(request, io), rules)
         return result, actions.plan(result.findings)
 
     result, planned = check()

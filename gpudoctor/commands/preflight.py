@@ -62,63 +62,61 @@ def _command(args) -> list:
 
 
 def run(args, io: IO) -> int:
-    from gpudoctor.commands.check import render, selected_rules
-    from gpudoctor import registry, runner
-    from gpudoctor.engine import run_rules
-    from gpudoctor.probes import Context, merge
-    from gpudoctor.probes import launch as launch_probe
-    from gpudoctor.probes.launch.parser import CommandFileError
-    from gpudoctor.probes.launch.probe import command_python, env_facts, read_command
+    from dataclasses import replace
 
+    from gpudoctor import registry, verdict
+    from gpudoctor.commands.check import render, selected_rules
+    from gpudoctor.commands.pipeline import Request, overlay_launch, read_launch
+    from gpudoctor.engine import run_rules
+    from gpudoctor.probes.launch.parser import CommandFileError
+    from gpudoctor.probes.launch.probe import command_python, read_command
+
+    request = Request.from_args(args)
     command = _command(args)
-    rules = selected_rules(args)
-    python = getattr(args, "python", None)
-    if python is not None:
+    rules = selected_rules(request)
+    if request.python is not None:
         from gpudoctor.probes.pystack import python_option_error
 
-        problem = python_option_error(python)
+        problem = python_option_error(request.python)
         if problem:
             raise UsageError(problem)
     try:
-        launch = read_command(command or None, args.from_file, dict(io.environ))
+        launch = read_command(command or None, request.from_file, dict(io.environ))
     except CommandFileError as exc:
         raise UsageError(str(exc)) from None
-    launch_ctx = Context(environ=dict(io.environ), timeout=args.timeout, python=python, command=launch, cwd=os.getcwd(),
-                         deadline=runner.work_deadline(args.timeout))  # the probes after it share the deadline
-    facts = launch_probe.collect(launch_ctx)
+    read = read_launch(launch, io.environ, request.timeout, request.python)  # the probes after it share its deadline
 
     inferred = None
-    if python is None and not args.snapshot:
+    if request.python is None and not request.snapshot:
         # `preflight -- /opt/venv/bin/vllm serve …`: the machine checks inspect that venv, as
         # --python would (the README's systemd / Kubernetes recipe runs gpudoctor from elsewhere).
         inferred = command_python(launch.program_argv, dict(io.environ))
         if inferred is not None:
-            args.python = inferred[0]
-    port = facts.get("launch.port")
-    launch_port = port.value.get("port") if port is not None and port.ok else None
-    args.port = args.port if args.port is not None else (launch_port if isinstance(launch_port, int) else 8000)
-    if args.snapshot:
-        args.python = None  # with --snapshot, --python only says where the command's vLLM lives
-        snapshot = replay(args)
+            request = replace(request, python=inferred[0])
+    if request.port is None:  # the port the command will listen on
+        request = replace(request, port=read.port or 8000)
+    if request.snapshot:
+        # with --snapshot, --python only said where the command's vLLM lives (read above)
+        snapshot = replay(replace(request, python=None))
     else:
-        snapshot = probe(args, io)
-    merge(snapshot, env_facts(launch), facts)  # the command's assignments over the machine's env, then its facts
+        snapshot = probe(request, io)
+    overlay_launch(snapshot, read)  # the command's assignments over the machine's env, then its facts
     result = run_rules(snapshot, rules)
     result.notes.extend(preflight_notes(snapshot))
     if inferred is not None:
         result.notes.append(f"checked the Python environment of {inferred[0]} ({inferred[1]}), where the command runs; "
                             "--python PY chooses another")
     result.notes.extend(registry.pack_notes())
-    if args.verbose:
-        for text in launch_ctx.debug + result.debug:
+    if request.verbose:
+        for text in read.debug + result.debug:
             io.stderr.write(text + "\n")
-    render(result, args, io)
-    blocking = result.gated(args.fail_on)
+    render(result, request, io)
+    judged = verdict.of(result, request.fail_on)
     if not args.exec_command:
-        return ExitCode.FINDINGS if blocking else ExitCode.OK
-    if blocking:
-        found = result.blocking(args.fail_on)
-        why = f"{len(found)} finding(s) at or above {args.fail_on}" if found else "rules could not decide (--fail-on unknown)"
+        return judged.exit_code
+    if judged.gated:
+        found = judged.blocking
+        why = f"{len(found)} finding(s) at or above {request.fail_on}" if found else "rules could not decide (--fail-on unknown)"
         io.stderr.write(f"gpudoctor: not starting the command: {why}\n")
         return ExitCode.FINDINGS
     return exec_command(launch, io)

@@ -7,7 +7,7 @@ import os
 import time
 
 from gpudoctor.commands.common import IO, SnapshotFiles, UsageError, add_probe_options, load_snapshot, probe, write_private
-from gpudoctor.exitcodes import FAIL_ON_CHOICES, ExitCode
+from gpudoctor.exitcodes import FAIL_ON_CHOICES
 
 EPILOG = (
     "Output: Markdown on stdout, or -o FILE (written readable by you only). --bundle writes a .tar.gz "
@@ -46,9 +46,11 @@ def configure(parser) -> None:
 def run(args, io: IO) -> int:
     from gpudoctor import redact, registry, report
 
+    from gpudoctor.commands.pipeline import Request
+
+    request = Request.from_args(args)
     to_stdout = args.output == "-"  # "-o -": stdout, as every other tool means it
-    if to_stdout:
-        args.output = None
+    output = None if to_stdout else args.output
 
     if args.log_lines < 0:
         raise UsageError("--log-lines must be 0 or more")
@@ -70,17 +72,16 @@ def run(args, io: IO) -> int:
         if problem:  # before the probes run: a device or socket is refused at once
             raise UsageError(f"cannot read --log {args.log}: {problem}")
     smi = []  # the bundle's nvidia-smi -q: run while the probes run, under the same deadline
-    files = getattr(args, "snapshots", None) or []
-    if len(files) > 1:  # one file per node (the Slurm/ssh path)
+    if len(request.snapshots) > 1:  # one file per node (the Slurm/ssh path)
         from gpudoctor.commands.cluster import files_snapshot
 
-        snapshot = files_snapshot(files, None)
+        snapshot = files_snapshot(list(request.snapshots), None)
     else:
-        snapshot = load_snapshot(args.snapshot) if args.snapshot else probe(args, io, meanwhile=lambda: _meanwhile(args, smi))
+        snapshot = load_snapshot(request.snapshot) if request.snapshot else probe(request, io, meanwhile=lambda: _meanwhile(args, smi))
     from gpudoctor.cluster import is_cluster
 
     if is_cluster(snapshot):
-        return _cluster_report(snapshot, args, io)
+        return _cluster_report(snapshot, args, output, io)
     source = f"snapshot {os.path.basename(args.snapshot)}" if args.snapshot else "this machine"
     smoke = report.run_smoke(args.url, args.smoke_timeout, io.environ, args.api_key_env) if args.url else None
     redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, secrets=not args.no_redact, environ=io.environ)
@@ -91,7 +92,7 @@ def run(args, io: IO) -> int:
     except OSError as exc:
         raise UsageError(f"cannot read --log {args.log}: {exc.strerror or exc}") from None
 
-    bundle_path = _bundle_path(args.output) if args.bundle else None
+    bundle_path = _bundle_path(output) if args.bundle else None
     places = [f"`{os.path.basename(bundle_path)}` (snapshot.json inside)"] if bundle_path else []
     if args.snapshot_file:
         places.append(f"`{os.path.basename(args.snapshot_file)}`")
@@ -120,12 +121,14 @@ def run(args, io: IO) -> int:
             raise UsageError(f"cannot write {bundle_path}: {exc.strerror or exc}") from None
         io.stderr.write(f"gpudoctor: bundle written to {bundle_path}\n")
 
-    if args.output and not (bundle_path and bundle_path == args.output):
-        write_private(args.output, main)
-        io.stderr.write(f"gpudoctor: report written to {args.output}\n")
+    if output and not (bundle_path and bundle_path == output):
+        write_private(output, main)
+        io.stderr.write(f"gpudoctor: report written to {output}\n")
     elif to_stdout or not args.bundle:
         io.stdout.write(main)
-    return ExitCode.FINDINGS if rep.result.gated(args.fail_on) else ExitCode.OK
+    from gpudoctor import verdict
+
+    return verdict.of(rep.result, args.fail_on).exit_code
 
 
 def _meanwhile(args, smi) -> None:
@@ -139,7 +142,7 @@ def _meanwhile(args, smi) -> None:
         smi.append(nvidia_smi.nvidia_smi_q(live=True, deadline=runner.work_deadline(args.timeout)))
 
 
-def _cluster_report(snapshot, args, io: IO) -> int:
+def _cluster_report(snapshot, args, output, io: IO) -> int:
     """One report covering every node: the matrix, the findings by node, the merged snapshot."""
     from gpudoctor import redact, registry
     from gpudoctor.commands.cluster import evaluate
@@ -156,13 +159,14 @@ def _cluster_report(snapshot, args, io: IO) -> int:
         text = redactor(matrix.markdown(result, args.fail_on, redactor)
                         + "\n<details><summary>cluster snapshot.json</summary>\n\n```json\n"
                         + snapshot.dumps().rstrip() + "\n```\n\n</details>\n")
-    if args.output:
-        write_private(args.output, text)
-        io.stderr.write(f"gpudoctor: report written to {args.output}\n")
+    if output:
+        write_private(output, text)
+        io.stderr.write(f"gpudoctor: report written to {output}\n")
     else:
         io.stdout.write(text)
-    blocking = matrix.document(result, args.fail_on).get("blocking")
-    return ExitCode.FINDINGS if blocking else ExitCode.OK
+    from gpudoctor import verdict
+
+    return verdict.of(result, args.fail_on).exit_code
 
 
 def _bundle_path(output):

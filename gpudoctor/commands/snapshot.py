@@ -15,7 +15,9 @@ def configure(parser) -> None:
 def run(args, io: IO) -> int:
     from gpudoctor.redact import for_snapshot
 
-    snapshot = probe(args, io)
+    from gpudoctor.commands.pipeline import Request
+
+    snapshot = probe(Request.from_args(args), io)
     data = for_snapshot(snapshot, anonymize=args.anonymize, environ=io.environ)(snapshot.dumps())
     if args.output and args.output != "-":  # "-o -" is stdout
         write_private(args.output, data)

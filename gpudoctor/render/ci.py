@@ -13,12 +13,11 @@ https://docs.github.com/en/actions/reference/workflow-commands-for-github-action
 from __future__ import annotations
 
 import time
-from typing import List, Optional
+from typing import Any, List, Optional, Tuple
 from xml.sax.saxutils import escape, quoteattr
 
 from gpudoctor import __version__
-from gpudoctor.engine import Result
-from gpudoctor.gates import not_checked
+from gpudoctor.engine import ClusterResult, Result
 from gpudoctor.redact import DEFAULT, Redactor
 from gpudoctor.render.values import show
 from gpudoctor.rule import FAIL, NOT_APPLICABLE, SEVERITY_RANK, UNKNOWN, area_title
@@ -42,7 +41,8 @@ def _clean(text: str) -> str:
     return "".join(ch for ch in text if ch in "\t\n\r" or ord(ch) >= 0x20)
 
 
-def junit(result: Result, fail_on: str, suite: str = "gpudoctor", redactor: Optional[Redactor] = None) -> str:
+def _cases(result: Result, fail_on: str) -> Tuple[List[str], int, int]:
+    """One node's test cases (one per rule), its failures and its skipped cases."""
     blocking = {id(f) for f in result.blocking(fail_on)}
     cases: List[str] = []
     failures = skipped = 0
@@ -72,17 +72,34 @@ def junit(result: Result, fail_on: str, suite: str = "gpudoctor", redactor: Opti
             cases.append(f"{head}>\n    <skipped message={quoteattr(_clean(f'{word}: {outcome.reason}'[:MESSAGE_LIMIT]))}/>\n  </testcase>")
         else:
             cases.append(f"{head}/>")
-    total = len(result.outcomes)
+    return cases, failures, skipped
+
+
+def _node_suites(result: Any) -> List[Tuple[str, Result]]:
+    """(suite label, one node's Result): one for a node; across nodes and each answering node for a cluster."""
+    if isinstance(result, ClusterResult):
+        return [("across nodes", result.cluster)] + [(f"node {name}", result.per_node[name])
+                                                     for name in result.names if name in result.per_node]
+    return [("", result)]
+
+
+def junit(result: Any, fail_on: str, suite: str = "gpudoctor", redactor: Optional[Redactor] = None) -> str:
+    """One test suite for a node; for a cluster (engine.ClusterResult) one for the cross-node rules and
+    one per node that answered (a node that did not is a cross-node finding)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-    attrs = f'tests="{total}" failures="{failures}" errors="0" skipped="{skipped}"'
-    text = "\n".join(
-        ['<?xml version="1.0" encoding="UTF-8"?>',
-         f"<testsuites name=\"gpudoctor\" {attrs}>",
-         f" <testsuite name={quoteattr(suite)} {attrs} timestamp=\"{stamp}\">",
-         f'  <properties><property name="gpudoctor.version" value={quoteattr(__version__)}/>'
-         f'<property name="fail_on" value={quoteattr(fail_on)}/></properties>']
-        + cases + [" </testsuite>", "</testsuites>", ""]
-    )
+    props = (f'  <properties><property name="gpudoctor.version" value={quoteattr(__version__)}/>'
+             f'<property name="fail_on" value={quoteattr(fail_on)}/></properties>')
+    suites: List[str] = []
+    totals = [0, 0, 0]
+    for label, node in _node_suites(result):
+        cases, failures, skipped = _cases(node, fail_on)
+        totals = [totals[0] + len(node.outcomes), totals[1] + failures, totals[2] + skipped]
+        attrs = f'tests="{len(node.outcomes)}" failures="{failures}" errors="0" skipped="{skipped}"'
+        name = f"{suite}: {label}" if label else suite
+        suites += [f" <testsuite name={quoteattr(_clean(name))} {attrs} timestamp=\"{stamp}\">", props] + cases + [" </testsuite>"]
+    attrs = f'tests="{totals[0]}" failures="{totals[1]}" errors="0" skipped="{totals[2]}"'
+    text = "\n".join(['<?xml version="1.0" encoding="UTF-8"?>', f"<testsuites name=\"gpudoctor\" {attrs}>"]
+                     + suites + ["</testsuites>", ""])
     return (redactor or DEFAULT)(text)
 
 
@@ -98,25 +115,29 @@ def _prop(text: str) -> str:
 LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 
 
-def github(result: Result, fail_on: str, file: Optional[str] = None, redactor: Optional[Redactor] = None) -> str:
-    """One workflow command per finding (``file=`` when the run had a file to point at), then the summary."""
-    from gpudoctor.render.text import _summary, plain
+def github(result: Any, fail_on: str, file: Optional[str] = None, redactor: Optional[Redactor] = None) -> str:
+    """One workflow command per finding (``file=`` when the run had a file to point at), then the
+    summary; a cluster's findings carry their node in the title."""
+    from gpudoctor import verdict as judged
+    from gpudoctor.render.text import plain
 
+    verdict = judged.of(result, fail_on)
     where = f"file={_prop(file)}," if file else ""
-    blocking = {id(f) for f in result.blocking(fail_on)}
+    blocking = {id(f) for f in verdict.blocking}
     out: List[str] = []
-    for finding in result.findings:
+    for finding in verdict.findings:
         level = LEVEL[finding.severity]
         if id(finding) in blocking and level == "notice":
             level = "warning"
         subject = f" [{finding.subject}]" if finding.subject else ""
         title = _prop(f"{finding.rule_id} {finding.name}{subject}")
         out.append(f"::{level} {where}title={title}::{_data(_finding_text(finding))}")
-    for gap in not_checked(result.outcomes):
+    for gap in verdict.gaps:
         level = "error" if fail_on == UNKNOWN else "notice"
         title = _prop(f"{area_title(gap.area)}: not checked")
         out.append(f"::{level} {where}title={title}::{_data(f'{gap.count} rules could not decide: {gap.line()}')}")
     for note in result.notes:
         out.append(f"::warning {where}title={_prop('gpudoctor')}::{_data(note)}")
-    out.append(plain([_summary(result, fail_on)]).rstrip())
+    summary = [("Summary: ", ""), (", ".join(verdict.count_parts()), ""), (f" — {verdict.sentence}", "")]
+    out.append(plain([summary]).rstrip())
     return (redactor or DEFAULT)("\n".join(out) + "\n")

@@ -7,20 +7,22 @@ from typing import Any, Dict, Optional
 
 from gpudoctor import __version__
 from gpudoctor.engine import Result
-from gpudoctor.gates import not_checked
 from gpudoctor.redact import DEFAULT, Redactor
 
 REPORT_SCHEMA_VERSION = 1
 
 
 def document(result: Result, fail_on: str) -> Dict[str, Any]:
+    from gpudoctor import verdict as judged
+
+    verdict = judged.of(result, fail_on)
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "tool": {"name": "gpudoctor", "version": __version__},
         "fail_on": fail_on,
-        "blocking": result.gated(fail_on),
-        "summary": result.counts(),
-        "not_checked": [gap.to_json() for gap in not_checked(result.outcomes)],
+        "blocking": verdict.gated,
+        "summary": verdict.counts,
+        "not_checked": [gap.to_json() for gap in verdict.gaps],
         "notes": list(result.notes),
         "findings": [finding.to_json() for finding in result.findings],
         "outcomes": [outcome.to_json() for outcome in result.outcomes],

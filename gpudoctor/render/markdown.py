@@ -39,14 +39,13 @@ def finding_lines(finding: Finding, heading: str = "###") -> List[str]:
 
 
 def render(result: Result, fail_on: str, redactor: Optional[Redactor] = None) -> str:
-    from gpudoctor.render.text import _n, area_state
+    from gpudoctor.render.text import area_state
 
-    counts = result.counts()
-    gated = result.gated(fail_on)
+    from gpudoctor import verdict as judged
+
+    verdict = judged.of(result, fail_on)
     out: List[str] = [f"## gpudoctor {__version__}", "", f"_{context(result.snapshot)}_", ""]
-    verdict = "**Blocking findings**" if gated else "**Nothing blocking**"
-    out.append(f"{verdict}: {_n(counts['error'], 'error')}, {_n(counts['warning'], 'warning')}, {counts['pass']} passed, "
-               f"{counts['unknown']} unknown (exit {1 if gated else 0} with --fail-on {fail_on}).")
+    out.append(f"{verdict.title}: {', '.join(verdict.count_parts())} (exit {int(verdict.exit_code)} with --fail-on {fail_on}).")
     out.append("")
     for note in result.notes:
         out += [f"> **Warning:** {note}", ""]

@@ -16,9 +16,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from gpudoctor import __version__
 from gpudoctor.cluster import NODE_OK, SOURCE_FACT, node_snapshot
 from gpudoctor.engine import ClusterResult
+from gpudoctor.gates import summary_lines
 from gpudoctor.render.headlines import context
 from gpudoctor.render.text import ASCII, STYLES, UNICODE, Line, area_counts, area_state, finding_lines
-from gpudoctor.rule import AREA_TITLES, NOT_APPLICABLE, PASS, UNKNOWN
+from gpudoctor.rule import AREA_TITLES, NOT_APPLICABLE, UNKNOWN
 from gpudoctor.snapshot import Snapshot, dist_key, gib
 from gpudoctor.visible import gpu_kinds
 
@@ -274,6 +275,11 @@ def build(result: ClusterResult, fail_on: str, verbose: bool = False, unicode: b
         if verbose:
             lines.extend(_quiet_outcomes(outcomes, glyphs))
     lines.append([])
+    # the notes and the areas not checked, then the summary: its verdict stays the last line
+    for note in result.notes:
+        lines.append([(f"{glyphs['warning']} ", STYLES["warning"]), (note, "bold")])
+    for number, text in enumerate(summary_lines(result.outcomes, fail_on)):
+        lines.append([(f"{glyphs[UNKNOWN]} " if number == 0 else "", STYLES[UNKNOWN]), (text, "" if number else "bold")])
     lines.append(_summary(result, fail_on))
     return lines
 
@@ -288,18 +294,12 @@ def _quiet_outcomes(outcomes, glyphs) -> List[Line]:
 
 
 def _summary(result: ClusterResult, fail_on: str) -> Line:
-    counts = result.counts()
-    blocking = result.blocking(fail_on)
+    from gpudoctor import verdict as judged
+
+    verdict = judged.of(result, fail_on)
     ok_nodes = sum(e["status"] == NODE_OK for e in result.entries)
-    parts = [
-        f"{ok_nodes}/{len(result.entries)} nodes answered",
-        f"{counts.get('error', 0)} error{'s' * (counts.get('error', 0) != 1)}",
-        f"{counts.get('warning', 0)} warning{'s' * (counts.get('warning', 0) != 1)}",
-        f"{counts.get(PASS, 0)} passed",
-        f"{counts.get(UNKNOWN, 0)} unknown",
-    ]
-    verdict = f"blocking (at or above {fail_on}): exit 1" if blocking else "nothing blocking: exit 0"
-    return [("Summary: ", "bold"), (", ".join(parts), ""), (f" — {verdict}", "bold red" if blocking else "bold green")]
+    parts = [f"{ok_nodes}/{len(result.entries)} nodes answered"] + verdict.count_parts()
+    return [("Summary: ", "bold"), (", ".join(parts), ""), (f" — {verdict.sentence}", "bold red" if verdict.gated else "bold green")]
 
 
 # --- JSON ---------------------------------------------------------------------------------------
@@ -315,15 +315,19 @@ def document(result: ClusterResult, fail_on: str) -> Dict[str, Any]:
         nodes.append(entry)
         by_node[name] = [f.to_json() for f in (node_result.findings if node_result else [])]
         flat.extend(dict(f.to_json(), node=name) for f in result.node_findings(name))
-    blocking = result.blocking(fail_on)
+    from gpudoctor import verdict as judged
+
+    verdict = judged.of(result, fail_on)
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "gpudoctor.cluster",
         "tool": {"name": "gpudoctor", "version": __version__},
         "source": _source(result),
         "fail_on": fail_on,
-        "blocking": bool(blocking),
-        "summary": result.counts(),
+        "blocking": verdict.gated,
+        "summary": verdict.counts,
+        "not_checked": [gap.to_json() for gap in verdict.gaps],
+        "notes": list(result.notes),
         "nodes": nodes,
         "matrix": {"columns": result.names, "rows": [row.to_json() for row in rows(result)]},
         "findings_by_node": {"across_nodes": [f.to_json() for f in result.cluster_findings], "nodes": by_node},
@@ -352,13 +356,20 @@ def markdown(result: ClusterResult, fail_on: str = "error", redactor: Any = None
     """GitHub-ready Markdown of a whole cluster: verdict, matrix, findings across and per node."""
     from gpudoctor.redact import DEFAULT
 
-    counts = result.counts()
-    blocking = result.blocking(fail_on)
+    from gpudoctor import verdict as judged
+
+    verdict = judged.of(result, fail_on)
     out: List[str] = [f"## gpudoctor {__version__}: cluster", "", f"_{_md(_nodes_line(result))}_", ""]
-    verdict = "**Blocking findings**" if blocking else "**Nothing blocking**"
-    out.append(f"{verdict}: {counts.get('error', 0)} errors, {counts.get('warning', 0)} warnings, "
-               f"{counts.get(PASS, 0)} passed, {counts.get(UNKNOWN, 0)} unknown.")
+    out.append(f"{verdict.title}: {', '.join(verdict.count_parts())} (exit {int(verdict.exit_code)} with --fail-on {fail_on}).")
     out.append("")
+    for note in result.notes:
+        out += [f"> **Warning:** {note}", ""]
+    if verdict.gaps:
+        out.append("**Not checked**" + ("" if fail_on == UNKNOWN else " (`--fail-on unknown` makes this exit 1)") + ":")
+        out.append("")
+        for gap in verdict.gaps:
+            out.append(f"- **{gap.title}**: {gap.count} rule{'s' * (gap.count != 1)} undecided: {_md(gap.line())}")
+        out.append("")
     names = result.names
     out.append("| | " + " | ".join(_md(n) for n in names) + " |")
     out.append("| --- |" + " --- |" * len(names))

@@ -120,23 +120,11 @@ def finding_lines(finding, glyphs, show_subject: bool = True) -> List[Line]:
 
 
 def _summary(result: Result, fail_on: str) -> Line:
-    counts = result.counts()
-    parts = [
-        _n(counts["error"], "error"),
-        _n(counts["warning"], "warning"),
-        f"{counts[PASS]} passed",
-        f"{counts[UNKNOWN]} unknown",
-    ]
-    if counts["info"]:
-        parts.insert(2, f"{counts['info']} info")
-    gated = result.gated(fail_on)
-    if not gated:
-        verdict = "nothing blocking: exit 0"
-    elif result.blocking(fail_on):
-        verdict = f"blocking (at or above {fail_on}): exit 1"
-    else:
-        verdict = "blocking (--fail-on unknown: some rules could not decide): exit 1"
-    return [("Summary: ", "bold"), (", ".join(parts), ""), (f" — {verdict}", "bold red" if gated else "bold green")]
+    from gpudoctor import verdict as judged
+
+    verdict = judged.of(result, fail_on)
+    return [("Summary: ", "bold"), (", ".join(verdict.count_parts()), ""),
+            (f" — {verdict.sentence}", "bold red" if verdict.gated else "bold green")]
 
 
 def _n(count: int, word: str) -> str:

@@ -227,7 +227,9 @@ def snap(name: str, *edits: Edit) -> Callable[[Path], Dict[str, Any]]:
 
 def check(case: Case, tmp_path: Path) -> None:
     """Run one case and assert what it states (status, severity, message, evidence, fix)."""
-    outcome = run(case.rule, case.build(tmp_path))
+    data = case.build(tmp_path)
+    snapshot = data if isinstance(data, Snapshot) else Snapshot.from_json(data)
+    outcome = run(case.rule, snapshot)
     assert outcome.status == case.status, (outcome.reason, [f.message for f in outcome.findings])
     if case.status != "fail":
         assert outcome.findings == []
@@ -244,7 +246,7 @@ def check(case: Case, tmp_path: Path) -> None:
     for path in case.evidence:
         assert path in cited, cited
     for item in finding.evidence:  # evidence names facts that are really in the snapshot (or labelled values)
-        assert item.path.startswith("env.") or item.status in ("ok", "absent", "error", "not_supported", "no_permission", "timeout")
+        assert cites_a_real_fact(item, snapshot), f"{case.rule} cites {item.path}, a fact this snapshot does not hold"
     if case.subject.endswith("*"):  # "port *": any port (one picked at run time)
         assert finding.subject.startswith(case.subject[:-1]), finding.subject
     else:
@@ -256,6 +258,43 @@ def check(case: Case, tmp_path: Path) -> None:
     assert finding.fix.commands or not case.fix_commands, "a finding must come with commands to run"
     for part in case.commands:
         assert any(part in command for command in finding.fix.commands), finding.fix.commands
+
+
+def cites_a_real_fact(item, snapshot: Snapshot) -> bool:
+    """Evidence is a labelled value, a fact the snapshot holds, or a fact a probe produces elsewhere
+    (``driver.library_path`` where NVML could not start reads "absent (not collected)", which is
+    true). A path that no recorded probe output has and this snapshot lacks (a typo, a renamed fact)
+    is a rule citing a fact that does not exist. Labelled values: the engine gives them status ok;
+    a path the snapshot lacks reads absent (Snapshot.get). ``env.NAME``: a key of the one ``env`` fact."""
+    if item.path.startswith("env."):
+        return "env" in snapshot.facts
+    if item.path in snapshot.facts:
+        return True
+    if item.status == "ok":  # a labelled value, unless it is spelled like a fact of this snapshot's families
+        return _shape(item.path) not in {_shape(path) for path in snapshot.facts}
+    return _shape(item.path) in produced_facts()
+
+
+def _shape(path: str) -> str:
+    """``gpu.3.name`` -> ``gpu.N.name``: one family for every GPU (or node) index."""
+    import re
+
+    return re.sub(r"\.\d+(?=\.|$)", ".N", path)
+
+
+_PRODUCED: List[str] = []
+
+
+def produced_facts() -> set:
+    """The fact paths (shapes) real probes wrote into the recorded snapshots (tests/fixtures/snapshots)."""
+    if not _PRODUCED:
+        for path in sorted(SNAPSHOTS.glob("*.json")):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            facts = data.get("facts") or {}
+            for node in (data.get("nodes") or {}).values() if isinstance(data.get("nodes"), dict) else ():
+                facts = {**facts, **(node.get("facts") or {})}
+            _PRODUCED.extend(_shape(key) for key in facts)
+    return set(_PRODUCED)
 
 
 def all_cases() -> List[Case]:

@@ -64,6 +64,7 @@ class ArgTable:
     files: List[str]
     enable_disable: bool = False
     names_only: Set[str] = field(default_factory=set)  # defined, but what they accept is not readable
+    sources: List[str] = field(default_factory=list)  # every file read (vllm_args_cache keys on them)
 
 
 # --- type hints -> _compute_kwargs --------------------------------------------------------------------
@@ -704,7 +705,7 @@ def read_args(package: str, flag_files: Sequence[str]) -> Optional[ArgTable]:
     for name in ("--help", "-h"):
         table.setdefault(name, Arg([name], "help", action="switch", nargs=0))
     names_only = {n for n in walker.names_only if n not in table}
-    return ArgTable(table, not problems, problems, [r for r, _ in trees], enable_disable, names_only)
+    return ArgTable(table, not problems, problems, [r for r, _ in trees], enable_disable, names_only, sorted(src._texts))
 
 
 def summary(table: ArgTable) -> Dict[str, Any]:

@@ -591,9 +591,9 @@ def everything(package: str) -> Dict[str, Any]:
 def _everything(package: str) -> Dict[str, Any]:
     flag_table = flags(package)
     try:
-        from gpudoctor.probes.launch import vllm_args
+        from gpudoctor.probes.launch import vllm_args_cache
 
-        arg_table = vllm_args.read_args(package, flag_files(package))
+        arg_table = vllm_args_cache.read_args(package, flag_files(package))
     except Exception:  # an odd tree: names from the text scan only, no value checks
         arg_table = None
     return {
