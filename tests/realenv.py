@@ -651,7 +651,11 @@ def _share_files(target: Path, min_size: int = 1 << 16) -> int:
                 if len(row) >= 3 and row[1] and row[2].isdigit() and int(row[2]) >= min_size and not row[0].startswith("..")}
 
     site = _site(target)
-    others = [_site(v) for v in sorted(VENVS.iterdir()) if v != target and (v / ".complete").exists()] if VENVS.is_dir() else []
+    # A closure's cut files differ from what their RECORD rows say: they are shared among closures only,
+    # and a venv whose code runs never gets one.
+    closure = target.name.startswith("closure-")
+    others = [_site(v) for v in sorted(VENVS.iterdir()) if v != target and (v / ".complete").exists()
+              and v.name.startswith("closure-") == closure] if VENVS.is_dir() else []
     shared = 0
     for meta in sorted(site.glob("*.dist-info")):
         mine = rows(meta)

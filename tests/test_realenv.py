@@ -65,3 +65,19 @@ def test_venvs_share_the_files_their_records_agree_on(empty_cache):
     assert realenv._share_files(site["b"].parents[2]) == 70000
     assert os.path.samefile(site["a"] / "demo" / "lib.so", site["b"] / "demo" / "lib.so")
     assert not os.path.samefile(site["a"] / "demo" / "other.so", site["b"] / "demo" / "other.so")
+
+
+def test_a_venv_whose_code_runs_never_shares_a_closures_cut_file(empty_cache):
+    """A closure's library is cut (zeros where the code was) though its RECORD row is the real one:
+    linking it into a venv that imports it would load zeros."""
+    site = {}
+    for name in ("closure-vllm0.33.0-x", "parser-vllm0.33.0-y"):
+        venv = empty_cache / "venvs" / name
+        site[name] = realenv._site(venv)
+        (site[name] / "demo-1.0.dist-info").mkdir(parents=True)
+        (site[name] / "demo").mkdir()
+        (site[name] / "demo" / "lib.so").write_bytes(name[:3].encode() * 70000)
+        (site[name] / "demo-1.0.dist-info" / "RECORD").write_text("demo/lib.so,sha256=same,210000\n", encoding="utf-8")
+        (venv / ".complete").write_text("", encoding="utf-8")
+    assert realenv._share_files(site["parser-vllm0.33.0-y"].parents[2]) == 0
+    assert (site["parser-vllm0.33.0-y"] / "demo" / "lib.so").read_bytes()[:3] == b"par"
