@@ -114,8 +114,11 @@ class Judge:
                 self.instances[cls] = None
         return self.instances[cls]
 
-    def field_refusal(self, dest, value):
+    def field_refusal(self, dest, value, args=None):
         for cls in self.classes:
+            built = BUILT_ONLY_WHEN.get(cls.__name__)
+            if built is not None and not built(args):
+                continue  # vLLM never builds this class for this command: its ranges are not checked
             fields = getattr(cls, "__pydantic_fields__", None)
             validator = getattr(cls, "__pydantic_validator__", None)
             if not fields or validator is None:
@@ -225,12 +228,20 @@ class Judge:
                 if extra:
                     return True, f"{cls.__name__}: unknown keys {extra}"
             if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-                why = self.field_refusal(dest, value)
+                why = self.field_refusal(dest, value, args)
                 if why:
                     return True, why
         return False, ""
 
 
+# Config classes vLLM builds only under a condition (0.33.0 and 0.34.0 source; 0.11 and 0.20 the same
+# shape): MultiModalConfig in ModelConfig.__post_init__ under `if self._model_info.supports_multimodal`
+# (vllm/config/model.py) — MODEL is a text model, so never; LoRAConfig in create_engine_config as
+# `LoRAConfig(...) if self.enable_lora else None` (vllm/engine/arg_utils.py).
+BUILT_ONLY_WHEN = {
+    "MultiModalConfig": lambda args: False,
+    "LoRAConfig": lambda args: bool(getattr(args, "enable_lora", False)),
+}
 CANDIDATES = ["2", "1", "0.5", "{}", "auto", "x", "true", "[]", "none"]
 MODEL = "facebook/opt-125m"
 
@@ -291,7 +302,10 @@ def corpus(judge):
                 add("bad-key", [MODEL, opt, '{"no_such_key_xyz": 1}'])
     for extra in (["--dtype", "bfloat17"], ["--quantization", "awq_marlinn"], ["--kv-cache-dtype", "fp8_e5m2x"],
                   ["--gpu-memory-utilization", "1.5"], ["-tp", "0"], ["--tool-call-parser", "hermes"],
-                  ["--enable-auto-tool-choice"], ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]):
+                  ["--enable-auto-tool-choice"], ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+                  # ranges vLLM checks only when it builds their class (issue 27)
+                  ["--video-pruning-rate", "1"], ["--video-pruning-rate", "-1"], ["--max-loras", "0"],
+                  ["--enable-lora", "--max-loras", "0"], ["--enable-lora", "--max-loras", "2"]):
         add("named", [MODEL, *extra])
     return commands
 

@@ -434,12 +434,34 @@ def _checked(launch: Launch, name: str, spec: Any, value: Any) -> Any:
             except ValueError as exc:
                 launch.errors.append({"flag": name, "value": item, "problem": f"not a valid {_spec_kind(spec)}: {exc}"})
                 return value
-        for problem in vllm_values.problems(spec, result):
+        condition = getattr(spec, "condition", None)
+        for problem in vllm_values.problems(spec, result, with_range=not condition):
             launch.errors.append({"flag": name, "value": item, "problem": problem})
+        if condition:
+            _conditional_range(launch, name, item, spec, result, condition)
         converted.append(result)
     if spec.type in ("config", "json") and name == "--compilation-config" and isinstance(converted[0], int):
         return {"level": converted[0]}
     return converted if isinstance(value, list) else converted[0]
+
+
+def _conditional_range(launch: Launch, name: str, item: Any, spec: Any, result: Any, condition: Dict[str, Any]) -> None:
+    """A range vLLM checks only when it builds the config class under a condition (vllm_conditions):
+    an error when the command meets it, nothing when it does not, and, when only the model or the
+    machine can say (``self._model_info.supports_multimodal``), an entry marked ``condition`` that
+    GD701 reports as unknown, never as a block."""
+    from gpudoctor.probes.launch import vllm_conditions, vllm_values
+
+    problem = vllm_values.out_of_range(spec, result)
+    if problem is None:
+        return
+    meets = vllm_conditions.holds(condition, launch.options)
+    if meets is False:
+        return
+    entry = {"flag": name, "value": item, "problem": problem}
+    if meets is None:
+        entry["condition"] = f"{condition.get('text')} ({condition.get('where')})"
+    launch.errors.append(entry)
 
 
 def _spec_kind(spec: Any) -> str:

@@ -28,6 +28,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from gpudoctor.probes.launch import vllm_conditions
 from gpudoctor.probes.launch.vllm_index import _last, _name, _read, _Source
 
 HUMAN_INT_FIELDS = {"max_num_batched_tokens", "max_num_scheduled_tokens", "kv_cache_memory_bytes",
@@ -51,6 +52,8 @@ class Arg:
     config_class: Optional[str] = None
     negatives: List[str] = field(default_factory=list)  # option strings that set it False
     origin: str = ""  # where it was read: "ModelConfig.max_model_len" or "arg_utils.py:123"
+    bounds_class: str = ""  # the config class whose Field range ``bounds`` is (pydantic checks it when vLLM builds it)
+    condition: Optional[Dict[str, Any]] = None  # vllm_conditions.Condition: vLLM builds that class only when it holds
 
     def to_json(self) -> Dict[str, Any]:
         return asdict(self)
@@ -283,6 +286,7 @@ def field_kwargs(src: _Source, cls_name: str, name: str, node: ast.AnnAssign) ->
     hints = _Hints(src).of(node.annotation)
     hints = {("dict",) if h[0] == "class" and _is_dict_subclass(src, h[1]) else h for h in hints}
     arg = Arg([], name, origin=f"{cls_name}.{name}", bounds=_bounds(node.value))
+    arg.bounds_class = cls_name if arg.bounds else ""
     kinds = {h[0] for h in hints}
     dataclass_hint = next((h[1] for h in hints if h[0] == "class" and _is_dataclass(src, h[1])), None)
     non_builtin = any(h[0] in ("class", "other") for h in hints)
@@ -360,17 +364,18 @@ class _Walker:
         self.names_only: Set[str] = set()
         self._bounds_index: Optional[Dict[str, List[Dict[str, float]]]] = None
 
-    def field_bounds(self, dest: str) -> Dict[str, float]:
+    def field_bounds(self, dest: str) -> Tuple[Dict[str, float], str]:
         """The Field(ge=…, le=…) range of the config dataclass field named ``dest``, when every config
-        class with such a field agrees: vLLM passes the flag's value to that field, pydantic checks it."""
+        class with such a field agrees: vLLM passes the flag's value to that field, pydantic checks it;
+        with the first such class."""
         if self._bounds_index is None:
             self._bounds_index = {}
             for name in list(self.src.class_file):
                 if name.endswith("Config") and _is_dataclass(self.src, name):
                     for fieldname, node in class_fields(self.src, name).items():
-                        self._bounds_index.setdefault(fieldname, []).append(_bounds(node.value))
-        found = self._bounds_index.get(dest) or [{}]
-        return dict(found[0]) if all(b == found[0] for b in found) else {}
+                        self._bounds_index.setdefault(fieldname, []).append((_bounds(node.value), name))
+        found = self._bounds_index.get(dest) or [({}, "")]
+        return (dict(found[0][0]), found[0][1]) if all(b == found[0][0] for b, _ in found) else ({}, "")
 
     # pass 1: variables holding get_kwargs(...) and the edits to them
     def scan(self, tree: ast.Module, rel: str) -> None:
@@ -575,7 +580,7 @@ class _Walker:
         if not spread and not arg.bounds and arg.type in ("int", "float", "human_int"):
             dest = next((k.value.value for k in keywords if k.arg == "dest" and isinstance(k.value, ast.Constant)), None)
             longs = [n for n in names if n.startswith("--")]
-            arg.bounds = self.field_bounds(dest or (longs[0][2:].replace("-", "_") if longs else ""))
+            arg.bounds, arg.bounds_class = self.field_bounds(dest or (longs[0][2:].replace("-", "_") if longs else ""))
         if arg.action in ("switch", "bool"):
             arg.type, arg.nargs, arg.choices = "any", 0, None
         self.finish(arg, names, call, where)
@@ -684,6 +689,7 @@ def read_args(package: str, flag_files: Sequence[str]) -> Optional[ArgTable]:
     if not walker.table and not walker.names_only:
         return None
     table = dict(walker.table)
+    vllm_conditions.apply(src, table)
     for dest, bounds in _serve_checks(trees).items():
         for arg in {id(a): a for a in table.values() if a.dest == dest and a.type in ("int", "float", "human_int")}.values():
             arg.bounds = {**bounds, **arg.bounds}
