@@ -93,12 +93,29 @@ def json_config_classes():
     return out
 
 
+def spec_shortcuts():
+    """dest -> SpeculativeConfig key of the --spec-method / --spec-model / --spec-tokens shortcuts, read
+    from EngineArgs.create_speculative_config's own `("--spec-tokens", "num_speculative_tokens",
+    self.spec_tokens)` table (0.34); vLLM builds a SpeculativeConfig from them, which validates them."""
+    import inspect
+    import re
+
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+
+        text = inspect.getsource(EngineArgs.create_speculative_config)
+    except Exception:
+        return {}
+    return {dest: key for _, key, dest in re.findall(r'\(\s*"(--spec-[\w-]+)",\s*"(\w+)",\s*self\.(\w+)\s*\)', text)}
+
+
 class Judge:
     def __init__(self):
         self.top, self.serve, self.validate = build()
         self.classes = config_classes()
         self.json_classes = json_config_classes()
         self.instances = {}
+        self.spec_shortcuts = spec_shortcuts()
         try:
             from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
             self.quantization = list(QUANTIZATION_METHODS)
@@ -123,8 +140,11 @@ class Judge:
             validator = getattr(cls, "__pydantic_validator__", None)
             if not fields or validator is None:
                 continue
-            # EngineArgs' dest is the config field's name, or ends with it (kv_cache_dtype -> cache_dtype)
+            # EngineArgs' dest is the config field's name, or ends with it (kv_cache_dtype -> cache_dtype),
+            # or is one --spec-* shortcut create_speculative_config copies into a SpeculativeConfig key.
             name = dest if dest in fields else next((f for f in fields if dest.endswith("_" + f) and len(f) > 6), None)
+            if dest in self.spec_shortcuts:
+                name = self.spec_shortcuts[dest] if cls.__name__ == "SpeculativeConfig" else None
             if name is None:
                 continue
             obj = self.instance(cls)
@@ -135,7 +155,10 @@ class Judge:
                     from pydantic import TypeAdapter
 
                     info = fields[name]
-                    TypeAdapter(Annotated[(info.annotation, *info.metadata)]).validate_python(value)
+                    # Annotated needs a type and at least one annotation: a field without
+                    # constraints (VllmConfig.optimization_level, an IntEnum) is its annotation alone.
+                    hint = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+                    TypeAdapter(hint).validate_python(value)
                 except Exception as exc:
                     if type(exc).__name__ == "ValidationError":
                         return f"{cls.__name__}.{name}: {str(exc).splitlines()[-2 if len(str(exc).splitlines()) > 1 else -1][:200]}"
@@ -305,7 +328,13 @@ def corpus(judge):
                   ["--enable-auto-tool-choice"], ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
                   # ranges vLLM checks only when it builds their class (issue 27)
                   ["--video-pruning-rate", "1"], ["--video-pruning-rate", "-1"], ["--max-loras", "0"],
-                  ["--enable-lora", "--max-loras", "0"], ["--enable-lora", "--max-loras", "2"]):
+                  ["--enable-lora", "--max-loras", "0"], ["--enable-lora", "--max-loras", "2"],
+                  # values computed from enums, registries and constants elsewhere; bounds written as expressions
+                  ["--seed", str(2**32)], ["--seed", str(2**32 - 1)], ["--all2all-backend", "passthrough"],
+                  ["--moe-backend", "tritonx"], ["--moe-backend", "Triton"], ["--linear-backend", "cutlassx"],
+                  ["--sparse-indexer-topk-backend", "torchx"], ["--mm-processor-device", "cpu"],
+                  ["--mm-processor-device", "xpu"], ["--logging-config", '{"log_levl": "DEBUG"}'],
+                  ["--spec-method", "ngramx"], ["--optimization-level", "4"]):
         add("named", [MODEL, *extra])
     return commands
 

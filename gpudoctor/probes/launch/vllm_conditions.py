@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from gpudoctor.probes.launch.vllm_index import _last, _name, _Source
+from gpudoctor.probes.launch.vllm_index import _read as _read_source
 
 MAX_SITES = 64  # constructions examined per class (0.34 builds each config class in 1 to 3 places)
 
@@ -184,3 +185,55 @@ def holds(condition: Dict[str, object], options: Dict[str, object]) -> Optional[
     if not isinstance(value, bool):
         return None
     return value != bool(condition.get("negated"))
+
+
+# --- the platform ----------------------------------------------------------------------------------------
+# gpudoctor judges NVIDIA GPUs: vLLM's current_platform is its CUDA platform there. Values such as
+# ``current_platform.device_type`` are read from that class (vllm/platforms/cuda.py,
+# ``CudaPlatformBase.device_type: str = "cuda"`` in 0.34), never assumed.
+_PLATFORM_FILES = ("platforms/cuda.py",)
+
+
+def platform_value(node: ast.AST, src: _Source) -> Optional[object]:
+    """The value of ``current_platform.NAME`` (a class attribute of vLLM's CUDA platform), else None."""
+    if not (isinstance(node, ast.Attribute) and _name(node.value) == "current_platform"):
+        return None
+    for rel in _PLATFORM_FILES:
+        path = os.path.join(src.package, rel)
+        if path not in src._texts:
+            text = _read_source(path)
+            if text is None:
+                continue
+            src.texts_index(path, text)
+        tree = src.tree(path)
+        for cls in tree.body if tree else ():
+            if not (isinstance(cls, ast.ClassDef) and cls.name.startswith("Cuda")):
+                continue
+            for item in cls.body:
+                target = item.target if isinstance(item, ast.AnnAssign) else item.targets[0] if isinstance(item, ast.Assign) else None
+                if isinstance(target, ast.Name) and target.id == node.attr and isinstance(item.value, ast.Constant):
+                    return item.value.value
+    return None
+
+
+def platform_test(test: ast.AST, src: _Source) -> Optional[bool]:
+    """``current_platform.device_type not in ("", "cpu")`` on the CUDA platform; None if not that simple."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left = platform_value(test.left, src) if isinstance(test.left, ast.Attribute) else \
+        test.left.value if isinstance(test.left, ast.Constant) else None
+    right_node = test.comparators[0]
+    if left is None:
+        return None
+    if isinstance(right_node, (ast.Tuple, ast.List, ast.Set)) and all(isinstance(e, ast.Constant) for e in right_node.elts):
+        right: object = [e.value for e in right_node.elts]  # type: ignore[attr-defined]
+    elif isinstance(right_node, ast.Constant):
+        right = right_node.value
+    else:
+        return None
+    op = test.ops[0]
+    if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, list):
+        return (left in right) == isinstance(op, ast.In)
+    if isinstance(op, (ast.Eq, ast.NotEq)):
+        return (left == right) == isinstance(op, ast.Eq)
+    return None

@@ -51,6 +51,8 @@ def convert(arg: Arg, text: str) -> Any:
         return number
     if kind == "human_int":
         return human_int(text)
+    if kind == "lower_snake":  # `type=lambda s: s.lower().replace("-", "_")`, then the choices
+        return text.lower().replace("-", "_")
     if kind == "human_int_or_auto":
         return -1 if text.strip().lower() == "auto" else human_int(text)
     if kind in ("json", "config"):
@@ -78,6 +80,11 @@ def convert(arg: Arg, text: str) -> Any:
 STRICT_OPEN_FIELDS = {"quantization", "cache_dtype"}
 
 
+def _shown(bound: float) -> str:
+    """4294967295 as written, not 4.29497e+09; 0.5 as 0.5."""
+    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 1e18 else f"{bound:g}"
+
+
 def out_of_range(arg: Arg, value: Any) -> Optional[str]:
     """The numeric range of the flag's config field (pydantic ``Field(ge=…, lt=…)``) the value breaks."""
     if not (isinstance(value, (int, float)) and not isinstance(value, bool) and arg.bounds):
@@ -85,8 +92,8 @@ def out_of_range(arg: Arg, value: Any) -> Optional[str]:
     b = arg.bounds
     if "gt" in b and not value > b["gt"] or "ge" in b and not value >= b["ge"] or "lt" in b and not value < b["lt"] \
             or "le" in b and not value <= b["le"]:
-        low = f"> {b['gt']:g}" if "gt" in b else f">= {b['ge']:g}" if "ge" in b else ""
-        high = f"< {b['lt']:g}" if "lt" in b else f"<= {b['le']:g}" if "le" in b else ""
+        low = f"> {_shown(b['gt'])}" if "gt" in b else f">= {_shown(b['ge'])}" if "ge" in b else ""
+        high = f"< {_shown(b['lt'])}" if "lt" in b else f"<= {_shown(b['le'])}" if "le" in b else ""
         return f"out of range: must be {' and '.join(x for x in (low, high) if x)}"
     return None
 
