@@ -184,6 +184,13 @@ class Judge:
         if not isinstance(value, str) or not value:
             return None
         registry = None
+        if dest == "spec_method":  # 0.34: SpeculativeConfig raises "Unsupported speculative method" for a name
+            try:                   # neither in _CONFIG_BY_METHOD nor registered by a plugin
+                from vllm.v1.worker.gpu.spec_decode import speculator_config as speculators
+            except Exception:
+                return None
+            known = set(getattr(speculators, "_CONFIG_BY_METHOD", {})) | set(getattr(speculators, "_CUSTOM_CONFIGS", {}))
+            return None if not known or value in known else f"Unsupported speculative method: '{value}'"
         if dest == "reasoning_parser":
             try:
                 from vllm.reasoning import ReasoningParserManager as registry
@@ -220,6 +227,30 @@ class Judge:
                 names = (names or set()) | set(getattr(registry, attr, {}) or {})
         return None if not names or value in names else f"{dest} {value} is not registered"
 
+    def combination_refusal(self, args):
+        """Cross-field checks of the config classes vLLM builds from these flags (ParallelConfig's
+        "NUMA binding lists cannot be combined with numa_bind=False.", ObservabilityConfig's …): each
+        class that can be built here with its defaults is built with the command's own values for its
+        fields. A refusal about this CPU platform ("only supported on CUDA …") is not the command's."""
+        given = {dest: value for dest, value in vars(args).items()
+                 if value is not None and value != self.serve.get_default(dest)}
+        for cls in self.classes:
+            fields = getattr(cls, "__pydantic_fields__", None)
+            if not fields or self.instance(cls) is None:
+                continue
+            kwargs = {dest: value for dest, value in given.items() if dest in fields}
+            if len(kwargs) < 1:
+                continue
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    cls(**kwargs)
+            except Exception as exc:
+                text = str(exc)
+                if type(exc).__name__ == "ValidationError" and "Value error" in text and "supported on" not in text:
+                    line = next((x for x in text.splitlines() if "Value error" in x), text)
+                    return f"{cls.__name__}: {line.strip()[:200]}"
+        return None
+
     def judge(self, argv):
         err = io.StringIO()
         try:
@@ -254,6 +285,9 @@ class Judge:
                 why = self.field_refusal(dest, value, args)
                 if why:
                     return True, why
+        why = self.combination_refusal(args)
+        if why:
+            return True, why
         return False, ""
 
 
@@ -334,7 +368,10 @@ def corpus(judge):
                   ["--moe-backend", "tritonx"], ["--moe-backend", "Triton"], ["--linear-backend", "cutlassx"],
                   ["--sparse-indexer-topk-backend", "torchx"], ["--mm-processor-device", "cpu"],
                   ["--mm-processor-device", "xpu"], ["--logging-config", '{"log_levl": "DEBUG"}'],
-                  ["--spec-method", "ngramx"], ["--optimization-level", "4"]):
+                  ["--spec-method", "ngramx"], ["--optimization-level", "4"],
+                  # cross-flag checks of the config classes
+                  ["--numa-bind-nodes", "0", "--no-numa-bind"], ["--numa-bind-nodes", "0"], ["--numa-bind-cpus", "0-3", "--no-numa-bind"],
+                  ["--collect-detailed-traces", "all"], ["--data-parallel-external-lb"]):
         add("named", [MODEL, *extra])
     return commands
 

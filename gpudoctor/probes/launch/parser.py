@@ -108,6 +108,7 @@ class FlagTable:
     # a flag missing here (or an empty dict) is checked by the built-in tables only.
     specs: Dict[str, Any] = field(default_factory=dict)
     complete: bool = True  # False: some add_argument calls could not be followed (see vllm_args)
+    combinations: List[Dict[str, Any]] = field(default_factory=list)  # cross-flag checks (vllm_combinations)
 
     def canonical(self, name: str) -> str:
         return self.aliases.get(name) or BUILTIN_ALIASES.get(name) or name
@@ -416,6 +417,10 @@ def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str
         except (ValueError, OverflowError) as exc:
             problem = str(exc) if name in JSON_FLAGS else f"not a valid {_kind(name)}: {exc}"
             launch.errors.append({"flag": name, "value": value, "problem": problem})
+    if table is not None and table.combinations and not launch.errors:
+        from gpudoctor.probes.launch import vllm_combinations
+
+        launch.errors.extend(vllm_combinations.refusals(table.combinations, out))
     return out
 
 

@@ -89,7 +89,8 @@ def flag_table(found: Optional[Dict[str, Any]]) -> parser.FlagTable:
                 aliases[name] = longs[0]
             elif longs and name not in spec.names:
                 aliases.pop(name, None)  # a negative form is its own option (it sets the flag False)
-    return parser.FlagTable(known, aliases, switches, specs, complete)
+    combinations = list(getattr(args, "combinations", None) or []) if args is not None else []
+    return parser.FlagTable(known, aliases, switches, specs, complete, combinations)
 
 
 def unknown_flags(launch: parser.Launch, table: parser.FlagTable) -> List[Dict[str, Any]]:

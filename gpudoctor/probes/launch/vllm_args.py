@@ -28,7 +28,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from gpudoctor.probes.launch import vllm_conditions
+from gpudoctor.probes.launch import vllm_combinations, vllm_conditions
 from gpudoctor.probes.launch.vllm_index import _last, _name, _read, _Source
 
 HUMAN_INT_FIELDS = {"max_num_batched_tokens", "max_num_scheduled_tokens", "kv_cache_memory_bytes",
@@ -67,6 +67,7 @@ class ArgTable:
     files: List[str]
     enable_disable: bool = False
     names_only: Set[str] = field(default_factory=set)  # defined, but what they accept is not readable
+    combinations: List[Dict[str, Any]] = field(default_factory=list)  # vllm_combinations: cross-flag checks
 
 
 # --- type hints -> _compute_kwargs --------------------------------------------------------------------
@@ -770,7 +771,8 @@ def read_args(package: str, flag_files: Sequence[str]) -> Optional[ArgTable]:
     for name in ("--help", "-h"):
         table.setdefault(name, Arg([name], "help", action="switch", nargs=0))
     names_only = {n for n in walker.names_only if n not in table}
-    return ArgTable(table, not problems, problems, [r for r, _ in trees], enable_disable, names_only)
+    combinations = vllm_combinations.read(src, table, vllm_conditions.Constructions(src))
+    return ArgTable(table, not problems, problems, [r for r, _ in trees], enable_disable, names_only, combinations)
 
 
 def summary(table: ArgTable) -> Dict[str, Any]:
