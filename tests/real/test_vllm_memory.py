@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import realenv  # noqa: E402
 
 from gpudoctor.probes.launch import vllm_memory  # noqa: E402
@@ -71,3 +72,43 @@ def test_memory_facts_of_each_release(version, tmp_path):
     # A KV connector: whether vLLM keeps the extensible cache depends on the connector, not read here.
     decided = vllm_memory.for_command(found, {**dests, "kv_transfer_config": {"kv_connector": "NixlConnector"}})
     assert decided["extensible"] is None and decided["check_runs"] is None
+
+
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "fixtures" / "snapshots"
+BUSY_H200 = ("Free memory on device cuda:1 (136.2/139.8 GiB) on startup is less than desired GPU memory utilization "
+             "(0.98, 137.0 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.")
+BUSY_A100 = ("Free memory on device cuda:1 (35.8/39.41 GiB) on startup is less than desired GPU memory utilization "
+             "(0.92, 36.26 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.")
+
+
+@pytest.mark.parametrize("version, machine, flags, expected", [
+    # The recorded busy H200 pair (PID 896 holds 3.6 GiB of GPU 1): 0.33.0's default 0.92 fits, 0.98 does not.
+    ("0.33.0", "h200x2-busy.json", [], None),
+    ("0.33.0", "h200x2-busy.json", ["--gpu-memory-utilization", "0.98"], BUSY_H200),
+    ("0.33.0", "a100x2-40gb.json", [], BUSY_A100),
+    # 0.34.0: the extensible KV cache is on by default on CUDA, and the check does not run at all …
+    ("0.34.0", "h200x2-busy.json", ["--gpu-memory-utilization", "0.98"], "not_applicable"),
+    ("0.34.0", "a100x2-40gb.json", [], "not_applicable"),
+    # … unless the cache is off: then 0.34.0 refuses with the same words, at its DEFAULT_GPU_MEMORY_UTILIZATION 0.92.
+    ("0.34.0", "h200x2-busy.json", ["--no-enable-extensible-kv-cache", "--gpu-memory-utilization", "0.98"], BUSY_H200),
+    ("0.34.0", "a100x2-40gb.json", ["--kv-cache-memory-bytes", "8G"], BUSY_A100),
+])
+def test_gd708_on_a_busy_gpu_says_what_each_release_does(version, machine, flags, expected):
+    import json
+    import os
+    import subprocess
+
+    import test_vllm_releases
+
+    script = test_vllm_releases.oracle_python(version).parent / "vllm"  # the real release's source, read only
+    done = subprocess.run([sys.executable, "-m", "gpudoctor", "preflight", "--snapshot", str(SNAPSHOTS / machine), "--select", "GD708",
+                           "--format", "json", "--", str(script), "serve", "facebook/opt-125m", "-tp", "2", *flags],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    (outcome,) = [o for o in json.loads(done.stdout)["outcomes"] if o["id"] == "GD708"]
+    if expected is None:
+        assert outcome["status"] == "pass", outcome
+    elif expected == "not_applicable":
+        assert outcome["status"] == "not_applicable" and "enable_extensible_kv_cache" in outcome["reason"], outcome
+    else:
+        (finding,) = outcome["findings"]
+        assert finding["subject"] == "GPU 1" and f'"ValueError: {expected}"' in finding["message"], finding["message"]

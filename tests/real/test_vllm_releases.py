@@ -48,7 +48,10 @@ RELEASES = ["0.34.0", "0.33.0", "0.20.0", "0.11.0", "0.8.5"]
 # Commands preflight blocks and vLLM's parser passes, on purpose: a lone --spec-tokens 0 is ignored
 # by vLLM (no speculative method, so SpeculativeConfig(num_speculative_tokens >= 1) is never built),
 # but it is still a wrong value the moment a method is added.
-EXPECTED_DISAGREEMENT = {("--spec-tokens", "0"), ("--spec-tokens", "-1")}
+# And a lone --checkpoint-prepare-on-startup (0.34.0): ModelConfig.__post_init__ raises
+# "checkpoint_prepare_on_startup requires enable_sleep_mode" (vllm/config/model.py), which the oracle
+# cannot see: it cannot build a ModelConfig without the model's files.
+EXPECTED_DISAGREEMENT = {("--spec-tokens", "0"), ("--spec-tokens", "-1"), ("--checkpoint-prepare-on-startup",)}
 CPU_TORCH = "2.13.0"  # the CPU wheel for cp311 in the machine's local wheel directory
 ORACLE = Path(__file__).resolve().parent / "vllm_oracle.py"
 
@@ -104,6 +107,9 @@ def test_preflight_agrees_with_vllms_own_parser(version):
     script = (realenv.release_venv(version) if locked else oracle_python(version)).parent / "vllm"
     assert script.exists()
     false_blocks, missed, kinds = [], [], Counter()
+    # refused None: the oracle, on CPU, got a refusal about its own platform (ParallelConfig's "Expert
+    # parallelism load balancing is only supported on CUDA …"): what vLLM does on a GPU is not known.
+    corpus = [c for c in corpus if c["refused"] is not None]
     refused = sum(1 for c in corpus if c["refused"])
     for case in corpus:
         errors = blocked(script, case["argv"])

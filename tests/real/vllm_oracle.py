@@ -131,11 +131,29 @@ class Judge:
                 self.instances[cls] = None
         return self.instances[cls]
 
+    def owner(self, dest):
+        """The config class a flag belongs to: vLLM adds each class's flags to an argument group
+        titled with the class's name (add_argument_group(title="ModelConfig")); None if not one."""
+        if not hasattr(self, "_owners"):
+            by_name = {cls.__name__: cls for cls in self.classes}
+            self._owners = {}
+            for group in self.serve._action_groups:
+                fields = getattr(by_name.get(group.title), "__pydantic_fields__", None) or {}
+                for action in group._group_actions:
+                    # only where that class has the field (the "OffloadConfig" group's --cpu-offload-gb is
+                    # UVAOffloadConfig's field)
+                    if any(action.dest == f or action.dest.endswith("_" + f) and len(f) > 6 for f in fields):
+                        self._owners[action.dest] = group.title
+        return self._owners.get(dest)
+
     def field_refusal(self, dest, value, args=None):
+        owner = self.owner(dest)
         for cls in self.classes:
             built = BUILT_ONLY_WHEN.get(cls.__name__)
             if built is not None and not built(args):
                 continue  # vLLM never builds this class for this command: its ranges are not checked
+            if owner is not None and cls.__name__ != owner and dest not in self.spec_shortcuts:
+                continue  # --max-model-len is ModelConfig's, not SpeculativeConfig's field of that name
             fields = getattr(cls, "__pydantic_fields__", None)
             validator = getattr(cls, "__pydantic_validator__", None)
             if not fields or validator is None:
@@ -230,15 +248,17 @@ class Judge:
     def combination_refusal(self, args):
         """Cross-field checks of the config classes vLLM builds from these flags (ParallelConfig's
         "NUMA binding lists cannot be combined with numa_bind=False.", ObservabilityConfig's …): each
-        class that can be built here with its defaults is built with the command's own values for its
-        fields. A refusal about this CPU platform ("only supported on CUDA …") is not the command's."""
+        class that can be built here with its defaults (and that vLLM builds for this command) is built
+        with the command's own values for its fields. (refused, why); refused None: a refusal about
+        this CPU platform ("only supported on CUDA …"), so what vLLM does on a GPU is not known."""
         given = {dest: value for dest, value in vars(args).items()
                  if value is not None and value != self.serve.get_default(dest)}
         for cls in self.classes:
             fields = getattr(cls, "__pydantic_fields__", None)
-            if not fields or self.instance(cls) is None:
+            built = BUILT_ONLY_WHEN.get(cls.__name__)
+            if not fields or built is not None and not built(args) or self.instance(cls) is None:
                 continue
-            kwargs = {dest: value for dest, value in given.items() if dest in fields}
+            kwargs = {dest: value for dest, value in given.items() if dest in fields and self.owner(dest) in (None, cls.__name__)}
             if len(kwargs) < 1:
                 continue
             try:
@@ -246,10 +266,12 @@ class Judge:
                     cls(**kwargs)
             except Exception as exc:
                 text = str(exc)
-                if type(exc).__name__ == "ValidationError" and "Value error" in text and "supported on" not in text:
+                if type(exc).__name__ == "ValidationError" and "Value error" in text:
                     line = next((x for x in text.splitlines() if "Value error" in x), text)
-                    return f"{cls.__name__}: {line.strip()[:200]}"
-        return None
+                    if "supported on" in line:  # about this CPU platform: what CUDA does is not known here
+                        return None, f"{cls.__name__}: {line.strip()[:200]} (on this CPU platform)"
+                    return True, f"{cls.__name__}: {line.strip()[:200]}"
+        return False, ""
 
     def judge(self, argv):
         err = io.StringIO()
@@ -285,9 +307,9 @@ class Judge:
                 why = self.field_refusal(dest, value, args)
                 if why:
                     return True, why
-        why = self.combination_refusal(args)
-        if why:
-            return True, why
+        refused, why = self.combination_refusal(args)
+        if refused is not False:
+            return refused, why  # True, or None: not decidable on this platform
         return False, ""
 
 
