@@ -22,6 +22,8 @@ import struct
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from memory_fakes import CACHE_CONFIG_034, MEMORY_CHECK_033, MEMORY_CHECK_034, RESOLVE_EXTENSIBLE_034
+
 DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1, "I8": 1, "U8": 1, "I32": 4}
 GIB = 1 << 30
 
@@ -494,8 +496,10 @@ def fake_vllm(root: Path, version: str = "0.19.1.dev42+g2f3f441f8", layout: str 
               quant_min: Optional[Dict[str, int]] = None,
               backends: Sequence[str] = ("FLASH_ATTN", "TRITON_ATTN", "FLASHINFER", "FLASHMLA", "CUTLASS_MLA", "FLEX_ATTENTION"),
               dflash_fixed: Optional[bool] = True, reads_attention_backend_env: bool = False,
-              python: str = "python3.11") -> Path:
-    """A venv at ROOT with a vLLM source tree and its ``bin/vllm`` script; returns the script."""
+              python: str = "python3.11", memory: Optional[str] = "0.33") -> Path:
+    """A venv at ROOT with a vLLM source tree and its ``bin/vllm`` script; returns the script.
+    ``memory``: the startup free-memory check as 0.33 writes it ("0.33"), 0.34's with the extensible
+    KV cache ("0.34"), or none (None, as 0.8.5)."""
     root = Path(root)
     site = root / "lib" / python / "site-packages"
     pkg = site / "vllm"
@@ -574,6 +578,17 @@ def fake_vllm(root: Path, version: str = "0.19.1.dev42+g2f3f441f8", layout: str 
         files["model_executor/models/qwen3_dflash.py"] = (
             "class DFlashQwen3ForCausalLM:\n    def __init__(self, config):\n"
             "        dflash = config.dflash_config or {}\n        self.use_swa = dflash.get(\"use_swa\", False)\n")
+    if memory is not None and layout == "new":
+        files["v1/worker/utils.py"] = MEMORY_CHECK_034 if memory == "0.34" else MEMORY_CHECK_033
+    if memory == "0.34" and layout == "new":
+        files["config/parallel.py"] = files["config/parallel.py"].replace(
+            "    gpu_memory_utilization: float = 0.9\n", CACHE_CONFIG_034)
+        files["config/vllm.py"] = RESOLVE_EXTENSIBLE_034
+        files["engine/arg_utils.py"] = files["engine/arg_utils.py"].replace(
+            '        cache_group.add_argument("--kv-cache-dtype"',
+            '        cache_group.add_argument("--enable-extensible-kv-cache", **cache_kwargs["enable_extensible_kv_cache"])\n'
+            '        cache_group.add_argument("--kv-cache-memory-bytes", **cache_kwargs["kv_cache_memory_bytes"])\n'
+            '        cache_group.add_argument("--kv-cache-dtype"')
     for rel, text in files.items():
         path = pkg / rel
         path.parent.mkdir(parents=True, exist_ok=True)

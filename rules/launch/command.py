@@ -23,7 +23,11 @@ def launch_command_invalid(snap):
     (`--gpu-memory-utilization` must be in (0, 1], `-tp` >= 1: pydantic `Field(gt=0, le=1)`),
     an unknown key inside a JSON config whose class forbids extra keys, a switch given a value.
     Those that argparse does not catch, vLLM refuses when it builds its config, before loading
-    the model.
+    the model. A range of a config class vLLM builds only under a condition counts only under it
+    (gpudoctor/probes/launch/vllm_conditions.py): `--max-loras 0` only with `--enable-lora`
+    (`LoRAConfig(...) if self.enable_lora else None`, vllm/engine/arg_utils.py), and
+    `--video-pruning-rate 1` only for a multimodal model (`if self._model_info.supports_multimodal:
+    MultiModalConfig(...)`, vllm/config/model.py): that one is unknown here, never an error.
 
     ## Fix
     Quote JSON with single quotes (`--speculative-config '{"method": "dflash", …}'`) or set
@@ -34,11 +38,19 @@ def launch_command_invalid(snap):
       underscores as dashes, `optional_type(json.loads)` for `--speculative-config`
       (vllm/engine/arg_utils.py).
     - https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py
+    - https://github.com/vllm-project/vllm/blob/main/vllm/config/model.py
     """
     skip = _applies(snap)
     if skip:
         return skip
-    errors = [e for e in snap.value("launch.errors") or [] if isinstance(e, dict)]
+    entries = [e for e in snap.value("launch.errors") or [] if isinstance(e, dict)]
+    errors = [e for e in entries if not e.get("condition")]
+    unsure = [e for e in entries if e.get("condition")]
+    if not errors and unsure:
+        first = unsure[0]
+        return Unknown(f"{first.get('flag')} {str(first.get('value'))[:60]!r}: {first.get('problem')}, but vLLM checks that only "
+                       f"when {first.get('condition')}, which depends on the model (not read here)"
+                       + (f"; {len(unsure) - 1} more such value(s)" if len(unsure) > 1 else ""))
     if not errors:
         return None
     fails = []

@@ -24,7 +24,10 @@ OVERHEAD_EAGER = int(1.5 * GIB)
 # What the CUDA context and NCCL take on each GPU before vLLM compares free memory with the
 # budget (its check runs after init_device): free memory this close to the budget is marginal.
 CONTEXT = GIB // 2
-DEFAULT_UTILIZATION = 0.9  # vLLM CacheConfig.gpu_memory_utilization
+# Only for the estimates of GD709/GD710 when the installed vLLM's own default is not read
+# (launch.vllm.memory, read from its source: 0.9 up to 0.11, 0.92 from 0.20, 1.0 with 0.34's
+# extensible KV cache); GD708 never uses it.
+DEFAULT_UTILIZATION = 0.9
 # The KV estimate is rough; "will not fit" only above this factor, "probably not" below it.
 KV_MARGIN = 1.2
 
@@ -118,6 +121,9 @@ def _memory_plan(snap) -> Tuple[Optional[Dict[str, Any]], str]:
         return None, why
     args = _args(snap)
     util = _num(args.get("--gpu-memory-utilization"))
+    decided = snap.value("launch.vllm.memory") if snap.get("launch.vllm.memory").ok else None
+    if util is None and isinstance(decided, dict):
+        util = _num(decided.get("utilization"))  # what the installed vLLM resolves for this command
     util = DEFAULT_UTILIZATION if util is None else util
     gpus = []
     for position, index in enumerate(group):
@@ -127,7 +133,7 @@ def _memory_plan(snap) -> Tuple[Optional[Dict[str, Any]], str]:
             return None, f"GPU {index}: total memory not read ({snap.get(f'gpu.{index}.memory_total').describe()})"
         reserved = _int(snap.value(f"gpu.{index}.memory_reserved"), 0) or 0
         cuda_total = total - reserved  # what cudaMemGetInfo calls total
-        gpus.append({"index": index, "cuda": position, "total": cuda_total, "free": free, "budget": util * cuda_total,
+        gpus.append({"index": index, "cuda": position, "total": cuda_total, "free": free, "budget": math.ceil(util * cuda_total),
                      "processes": snap.value(f"gpu.{index}.processes") or []})
     return {"group": group, "util": util, "gpus": gpus}, ""
 
@@ -190,6 +196,18 @@ def _kv_needed(plan: Dict[str, Any], tokens: int) -> int:
     return need
 
 
+def _vllm_words(words: str, gpu: Dict[str, Any], util: float) -> str:
+    """The installed vLLM's own message (its f-string, read from its source by vllm_memory) with this
+    GPU's numbers, formatted as vLLM formats them (round(bytes / GiB, 2); the fraction as given)."""
+    values = {"device": f"cuda:{gpu['cuda']}", "free": round(gpu["free"] / GIB, 2), "total": round(gpu["total"] / GIB, 2),
+              "utilization": util, "requested": round(gpu["budget"] / GIB, 2), "other": "…"}
+    try:
+        return words.format(**values)
+    except (KeyError, IndexError, ValueError):
+        return (f"Free memory on device {values['device']} ({values['free']}/{values['total']} GiB) on startup is less than desired "
+                f"GPU memory utilization ({util}, {values['requested']} GiB)")
+
+
 def _holders(gpu: Dict[str, Any]) -> str:
     procs = [p for p in gpu.get("processes") or [] if isinstance(p, dict)]
     if not procs:
@@ -217,26 +235,53 @@ def gpu_memory_utilization_exceeds_free(snap):
     now; the CUDA context and NCCL take roughly another 0.5 GiB before vLLM measures, so a
     budget within that of the free memory is reported as marginal.
 
+    What the installed release does is read from its source (gpudoctor/probes/launch/vllm_memory.py),
+    never assumed: the default fraction (`CacheConfig.gpu_memory_utilization`: 0.9 up to 0.11,
+    0.92 in 0.20 and 0.33), the message (its f-string in `request_memory`,
+    vllm/v1/worker/utils.py; 0.11 words it without the device), and whether the check runs.
+    vLLM 0.34.0 turns the extensible KV cache on by default on CUDA (unless `--kv-cache-memory-bytes`,
+    `--num-gpu-blocks-override`, elastic EP or some KV connectors turn it off,
+    `VllmConfig._resolve_extensible_kv_cache`), resolves an unset fraction to 1.0 with it
+    (`CacheConfig.resolved_gpu_memory_utilization`) and raises only `and not
+    cache_config.enable_extensible_kv_cache`: with it on there is no such error, and this rule
+    does not apply. 0.8.5 has no such check.
+
     ## Fix
     Stop the processes that hold the memory if they are stale (`gpudoctor fix` for stale
     serving processes; GD302/GD601/GD604 name them), or lower `--gpu-memory-utilization` to
     what is free (the value that fits is suggested).
 
     ## References
-    - "); https://github.com/vllm-project/vllm/issues/20305,
+    - vllm/v1/worker/utils.py `request_memory` (0.20+), vllm/v1/worker/gpu_worker.py
+      `init_device` (0.11); vllm/config/cache.py `CacheConfig`; vllm/config/vllm.py
+      `_resolve_extensible_kv_cache` (0.34):
+      https://github.com/vllm-project/vllm/blob/main/vllm/v1/worker/utils.py,
+      https://github.com/vllm-project/vllm/blob/main/vllm/config/cache.py
+    - https://github.com/vllm-project/vllm/issues/20305,
       https://github.com/vllm-project/vllm/issues/55510,
       https://github.com/vllm-project/vllm/issues/42017.
     """
     skip = _applies(snap)
     if skip:
         return skip
+    decided_fact = snap.get("launch.vllm.memory")
+    if not decided_fact.ok or not isinstance(decided_fact.value, dict):
+        return Unknown(f"what the installed vLLM does with GPU memory at startup is not read ({decided_fact.describe()})")
+    decided = decided_fact.value
+    if decided.get("check_runs") is False:
+        return NotApplicable(f"this vLLM does not run its free-memory check for this command: {decided.get('check_why')}")
+    if decided.get("check_runs") is None:
+        return Unknown(str(decided.get("check_why") or "whether this vLLM checks free memory at startup is not known"))
     plan, why = _memory_plan(snap)
     if plan is None:
         return Unknown(why)
     util = plan["util"]
+    if _num(_args(snap).get("--gpu-memory-utilization")) is None and _num(decided.get("utilization")) is None:
+        return Unknown(f"the default --gpu-memory-utilization of this vLLM is not read ({decided.get('utilization_from')})")
     if not 0 < util <= 1:
         return Fail(f"--gpu-memory-utilization {util} is outside (0, 1]; vLLM refuses it",
                     [("launch.args.--gpu-memory-utilization", util)], Fix("Give a fraction such as 0.9."))
+    words = str(decided.get("words") or "")
     fails = []
     for gpu in plan["gpus"]:
         free = gpu["free"]
@@ -250,13 +295,12 @@ def gpu_memory_utilization_exceeds_free(snap):
         if fits > 0.05:
             commands.append(_command_with(snap, "--gpu-memory-utilization", f"{fits:.2f}"))
         if free < budget:
-            text = (f"Free memory on device cuda:{gpu['cuda']} ({round(free / GIB, 2)}/{round(total / GIB, 2)} GiB) on startup is less "
-                    f"than desired GPU memory utilization ({util}, {round(budget / GIB, 2)} GiB). Decrease GPU memory utilization "
-                    "or reduce GPU memory used by other processes.")
+            text = _vllm_words(words, gpu, util)
             fails.append(Fail(
                 f"GPU {gpu['index']} ({_gpu_name(snap, gpu['index'])}): vLLM will refuse to start with: \"ValueError: {text}\""
-                f"{_holders(gpu)} (see GD302/GD601/GD604 for who holds it)",
-                evidence,
+                f"{_holders(gpu)} (see GD302/GD601/GD604 for who holds it; {decided.get('where')}, --gpu-memory-utilization from "
+                f"{'the command' if _num(_args(snap).get('--gpu-memory-utilization')) is not None else decided.get('utilization_from')})",
+                evidence + ["launch.vllm.memory"],
                 Fix("Free the GPU memory others hold, or ask for no more than is free.", commands, "disruptive" if gpu.get("processes") else "safe"),
                 subject=f"GPU {gpu['index']}",
             ))

@@ -20,11 +20,11 @@ from gpudoctor import cli
 from gpudoctor.snapshot import Snapshot
 
 from cases import Case, h200
-from launch_fakes import dense_tensors, dflash_drafter, fake_vllm, qwen36_model, small_model, write_model
+from launch_fakes import dense_tensors, dflash_drafter, fake_vllm, qwen36_model, replace_in, small_model, write_model
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "fixtures" / "snapshots"
-H200, H200X2, A100, T4, RTX, MIXED, A100X2 = (str(SNAPSHOTS / n) for n in (
-    "h200.json", "h200x2.json", "a100.json", "t4.json", "rtx4090.json", "mixed.json", "a100x2-40gb.json"))
+H200, H200X2, A100, T4, RTX, MIXED, A100X2, H200X2_BUSY = (str(SNAPSHOTS / n) for n in (
+    "h200.json", "h200x2.json", "a100.json", "t4.json", "rtx4090.json", "mixed.json", "a100x2-40gb.json", "h200x2-busy.json"))
 
 _WORLD: Dict[str, Any] = {}
 
@@ -39,6 +39,8 @@ def world() -> Dict[str, Any]:
                                          reasoning_parsers=("deepseek_r1",), spec_methods=("ngram", "medusa", "mlp_speculator", "draft_model"),
                                          eagle_methods=("eagle",), backends=("FLASH_ATTN", "XFORMERS", "FLASHINFER"), dflash_fixed=None,
                                          reads_attention_backend_env=True),
+                      vllm033=fake_vllm(root / "venv-033", version="0.33.0", memory="0.33"),
+                      vllm034=fake_vllm(root / "venv-034", version="0.34.0", memory="0.34"),
                       small=small_model(root / "models" / "small"), qwen=qwen36_model(root / "models" / "Qwen3.6-27B"),
                       drafter=dflash_drafter(root / "models" / "Qwen3.6-27B-DFlash"))
         # An 8B-class dense model with a 1M-token context: 32 full-attention layers, 8 KV heads of 128.
@@ -46,6 +48,9 @@ def world() -> Dict[str, Any]:
             "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
             "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 1048576,
             "torch_dtype": "bfloat16"}, dense_tensors(32, 4096, 32, 8, 128, 14336, 128256), shards=4)
+        # 0.33.0's default fraction: CacheConfig.gpu_memory_utilization = Field(default=0.92, gt=0, le=1)
+        replace_in(Path(_WORLD["vllm033"]).parent.parent / "lib" / "python3.11" / "site-packages" / "vllm" / "config" / "parallel.py",
+                   "    gpu_memory_utilization: float = 0.9\n", "    gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1)\n")
         _WORLD["home"].mkdir()
     return _WORLD
 
@@ -146,6 +151,26 @@ CASES = [
     Case("0.89-fits-the-free-memory", "GD708", preflight(A100X2, "small", "-tp", "2", "--gpu-memory-utilization", "0.89"), "pass"),
     Case("0.92-more-than-free", "GD708", preflight(A100X2, "small", "-tp", "2", "--gpu-memory-utilization", "0.92"), "fail", "error",
          subject="GPU 1"),
+    # The release decides (its source, read by vllm_memory): 0.33.0's default 0.92 is more than the
+    # A100's GPU 1 has free; 0.34.0 turns the extensible KV cache on and skips the check, unless
+    # it is turned off (the flag, or --kv-cache-memory-bytes), then with its default 0.92.
+    Case("0.33-default-0.92-more-than-free", "GD708", preflight(A100X2, "small", "-tp", "2", vllm="vllm033"), "fail", "error",
+         subject="GPU 1", message=("is less than desired GPU memory utilization (0.92, 36.26 GiB)", "Free memory on device cuda:1 (35.8/39.41 GiB)")),
+    Case("0.33-default-fits-the-busy-h200", "GD708", preflight(H200X2_BUSY, "small", "-tp", "2", vllm="vllm033"), "pass"),
+    Case("0.33-0.98-on-the-busy-h200", "GD708", preflight(H200X2_BUSY, "small", "-tp", "2", "--gpu-memory-utilization", "0.98",
+                                                          vllm="vllm033"), "fail", "error", subject="GPU 1",
+         message=("Free memory on device cuda:1 (136.2/139.8 GiB) on startup is less than desired GPU memory utilization (0.98, 137.0 GiB)",)),
+    Case("0.34-extensible-kv-cache-skips-the-check", "GD708", preflight(A100X2, "small", "-tp", "2", vllm="vllm034"), "not_applicable",
+         message=("enable_extensible_kv_cache",)),
+    Case("0.34-0.98-with-the-extensible-kv-cache", "GD708", preflight(H200X2_BUSY, "small", "-tp", "2", "--gpu-memory-utilization", "0.98",
+                                                                      vllm="vllm034"), "not_applicable"),
+    Case("0.34-without-the-extensible-kv-cache", "GD708", preflight(A100X2, "small", "-tp", "2", "--no-enable-extensible-kv-cache",
+                                                                    vllm="vllm034"), "fail", "error", subject="GPU 1",
+         message=("(0.92, 36.26 GiB)",)),
+    Case("0.34-kv-cache-memory-bytes-turns-it-off", "GD708", preflight(A100X2, "small", "-tp", "2", "--kv-cache-memory-bytes", "8G",
+                                                                      vllm="vllm034"), "fail", "error", subject="GPU 1"),
+    Case("0.34-without-it-at-0.85", "GD708", preflight(A100X2, "small", "-tp", "2", "--no-enable-extensible-kv-cache",
+                                                       "--gpu-memory-utilization", "0.85", vllm="vllm034"), "pass"),
     # GD709 weights-exceed-memory-budget
     Case("27b-on-an-h200", "GD709", preflight(H200, "qwen", "--max-model-len", "8192"), "pass"),
     Case("27b-on-an-rtx-4090", "GD709", preflight(RTX, "qwen", "--max-model-len", "8192"), "fail", "error"),

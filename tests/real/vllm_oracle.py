@@ -93,12 +93,29 @@ def json_config_classes():
     return out
 
 
+def spec_shortcuts():
+    """dest -> SpeculativeConfig key of the --spec-method / --spec-model / --spec-tokens shortcuts, read
+    from EngineArgs.create_speculative_config's own `("--spec-tokens", "num_speculative_tokens",
+    self.spec_tokens)` table (0.34); vLLM builds a SpeculativeConfig from them, which validates them."""
+    import inspect
+    import re
+
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+
+        text = inspect.getsource(EngineArgs.create_speculative_config)
+    except Exception:
+        return {}
+    return {dest: key for _, key, dest in re.findall(r'\(\s*"(--spec-[\w-]+)",\s*"(\w+)",\s*self\.(\w+)\s*\)', text)}
+
+
 class Judge:
     def __init__(self):
         self.top, self.serve, self.validate = build()
         self.classes = config_classes()
         self.json_classes = json_config_classes()
         self.instances = {}
+        self.spec_shortcuts = spec_shortcuts()
         try:
             from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
             self.quantization = list(QUANTIZATION_METHODS)
@@ -114,14 +131,38 @@ class Judge:
                 self.instances[cls] = None
         return self.instances[cls]
 
-    def field_refusal(self, dest, value):
+    def owner(self, dest):
+        """The config class a flag belongs to: vLLM adds each class's flags to an argument group
+        titled with the class's name (add_argument_group(title="ModelConfig")); None if not one."""
+        if not hasattr(self, "_owners"):
+            by_name = {cls.__name__: cls for cls in self.classes}
+            self._owners = {}
+            for group in self.serve._action_groups:
+                fields = getattr(by_name.get(group.title), "__pydantic_fields__", None) or {}
+                for action in group._group_actions:
+                    # only where that class has the field (the "OffloadConfig" group's --cpu-offload-gb is
+                    # UVAOffloadConfig's field)
+                    if any(action.dest == f or action.dest.endswith("_" + f) and len(f) > 6 for f in fields):
+                        self._owners[action.dest] = group.title
+        return self._owners.get(dest)
+
+    def field_refusal(self, dest, value, args=None):
+        owner = self.owner(dest)
         for cls in self.classes:
+            built = BUILT_ONLY_WHEN.get(cls.__name__)
+            if built is not None and not built(args):
+                continue  # vLLM never builds this class for this command: its ranges are not checked
+            if owner is not None and cls.__name__ != owner and dest not in self.spec_shortcuts:
+                continue  # --max-model-len is ModelConfig's, not SpeculativeConfig's field of that name
             fields = getattr(cls, "__pydantic_fields__", None)
             validator = getattr(cls, "__pydantic_validator__", None)
             if not fields or validator is None:
                 continue
-            # EngineArgs' dest is the config field's name, or ends with it (kv_cache_dtype -> cache_dtype)
+            # EngineArgs' dest is the config field's name, or ends with it (kv_cache_dtype -> cache_dtype),
+            # or is one --spec-* shortcut create_speculative_config copies into a SpeculativeConfig key.
             name = dest if dest in fields else next((f for f in fields if dest.endswith("_" + f) and len(f) > 6), None)
+            if dest in self.spec_shortcuts:
+                name = self.spec_shortcuts[dest] if cls.__name__ == "SpeculativeConfig" else None
             if name is None:
                 continue
             obj = self.instance(cls)
@@ -132,7 +173,10 @@ class Judge:
                     from pydantic import TypeAdapter
 
                     info = fields[name]
-                    TypeAdapter(Annotated[(info.annotation, *info.metadata)]).validate_python(value)
+                    # Annotated needs a type and at least one annotation: a field without
+                    # constraints (VllmConfig.optimization_level, an IntEnum) is its annotation alone.
+                    hint = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+                    TypeAdapter(hint).validate_python(value)
                 except Exception as exc:
                     if type(exc).__name__ == "ValidationError":
                         return f"{cls.__name__}.{name}: {str(exc).splitlines()[-2 if len(str(exc).splitlines()) > 1 else -1][:200]}"
@@ -158,6 +202,13 @@ class Judge:
         if not isinstance(value, str) or not value:
             return None
         registry = None
+        if dest == "spec_method":  # 0.34: SpeculativeConfig raises "Unsupported speculative method" for a name
+            try:                   # neither in _CONFIG_BY_METHOD nor registered by a plugin
+                from vllm.v1.worker.gpu.spec_decode import speculator_config as speculators
+            except Exception:
+                return None
+            known = set(getattr(speculators, "_CONFIG_BY_METHOD", {})) | set(getattr(speculators, "_CUSTOM_CONFIGS", {}))
+            return None if not known or value in known else f"Unsupported speculative method: '{value}'"
         if dest == "reasoning_parser":
             try:
                 from vllm.reasoning import ReasoningParserManager as registry
@@ -194,6 +245,34 @@ class Judge:
                 names = (names or set()) | set(getattr(registry, attr, {}) or {})
         return None if not names or value in names else f"{dest} {value} is not registered"
 
+    def combination_refusal(self, args):
+        """Cross-field checks of the config classes vLLM builds from these flags (ParallelConfig's
+        "NUMA binding lists cannot be combined with numa_bind=False.", ObservabilityConfig's …): each
+        class that can be built here with its defaults (and that vLLM builds for this command) is built
+        with the command's own values for its fields. (refused, why); refused None: a refusal about
+        this CPU platform ("only supported on CUDA …"), so what vLLM does on a GPU is not known."""
+        given = {dest: value for dest, value in vars(args).items()
+                 if value is not None and value != self.serve.get_default(dest)}
+        for cls in self.classes:
+            fields = getattr(cls, "__pydantic_fields__", None)
+            built = BUILT_ONLY_WHEN.get(cls.__name__)
+            if not fields or built is not None and not built(args) or self.instance(cls) is None:
+                continue
+            kwargs = {dest: value for dest, value in given.items() if dest in fields and self.owner(dest) in (None, cls.__name__)}
+            if len(kwargs) < 1:
+                continue
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    cls(**kwargs)
+            except Exception as exc:
+                text = str(exc)
+                if type(exc).__name__ == "ValidationError" and "Value error" in text:
+                    line = next((x for x in text.splitlines() if "Value error" in x), text)
+                    if "supported on" in line:  # about this CPU platform: what CUDA does is not known here
+                        return None, f"{cls.__name__}: {line.strip()[:200]} (on this CPU platform)"
+                    return True, f"{cls.__name__}: {line.strip()[:200]}"
+        return False, ""
+
     def judge(self, argv):
         err = io.StringIO()
         try:
@@ -225,12 +304,23 @@ class Judge:
                 if extra:
                     return True, f"{cls.__name__}: unknown keys {extra}"
             if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-                why = self.field_refusal(dest, value)
+                why = self.field_refusal(dest, value, args)
                 if why:
                     return True, why
+        refused, why = self.combination_refusal(args)
+        if refused is not False:
+            return refused, why  # True, or None: not decidable on this platform
         return False, ""
 
 
+# Config classes vLLM builds only under a condition (0.33.0 and 0.34.0 source; 0.11 and 0.20 the same
+# shape): MultiModalConfig in ModelConfig.__post_init__ under `if self._model_info.supports_multimodal`
+# (vllm/config/model.py) — MODEL is a text model, so never; LoRAConfig in create_engine_config as
+# `LoRAConfig(...) if self.enable_lora else None` (vllm/engine/arg_utils.py).
+BUILT_ONLY_WHEN = {
+    "MultiModalConfig": lambda args: False,
+    "LoRAConfig": lambda args: bool(getattr(args, "enable_lora", False)),
+}
 CANDIDATES = ["2", "1", "0.5", "{}", "auto", "x", "true", "[]", "none"]
 MODEL = "facebook/opt-125m"
 
@@ -291,7 +381,19 @@ def corpus(judge):
                 add("bad-key", [MODEL, opt, '{"no_such_key_xyz": 1}'])
     for extra in (["--dtype", "bfloat17"], ["--quantization", "awq_marlinn"], ["--kv-cache-dtype", "fp8_e5m2x"],
                   ["--gpu-memory-utilization", "1.5"], ["-tp", "0"], ["--tool-call-parser", "hermes"],
-                  ["--enable-auto-tool-choice"], ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]):
+                  ["--enable-auto-tool-choice"], ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+                  # ranges vLLM checks only when it builds their class (issue 27)
+                  ["--video-pruning-rate", "1"], ["--video-pruning-rate", "-1"], ["--max-loras", "0"],
+                  ["--enable-lora", "--max-loras", "0"], ["--enable-lora", "--max-loras", "2"],
+                  # values computed from enums, registries and constants elsewhere; bounds written as expressions
+                  ["--seed", str(2**32)], ["--seed", str(2**32 - 1)], ["--all2all-backend", "passthrough"],
+                  ["--moe-backend", "tritonx"], ["--moe-backend", "Triton"], ["--linear-backend", "cutlassx"],
+                  ["--sparse-indexer-topk-backend", "torchx"], ["--mm-processor-device", "cpu"],
+                  ["--mm-processor-device", "xpu"], ["--logging-config", '{"log_levl": "DEBUG"}'],
+                  ["--spec-method", "ngramx"], ["--optimization-level", "4"],
+                  # cross-flag checks of the config classes
+                  ["--numa-bind-nodes", "0", "--no-numa-bind"], ["--numa-bind-nodes", "0"], ["--numa-bind-cpus", "0-3", "--no-numa-bind"],
+                  ["--collect-detailed-traces", "all"], ["--data-parallel-external-lb"]):
         add("named", [MODEL, *extra])
     return commands
 

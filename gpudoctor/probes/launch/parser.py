@@ -108,6 +108,7 @@ class FlagTable:
     # a flag missing here (or an empty dict) is checked by the built-in tables only.
     specs: Dict[str, Any] = field(default_factory=dict)
     complete: bool = True  # False: some add_argument calls could not be followed (see vllm_args)
+    combinations: List[Dict[str, Any]] = field(default_factory=list)  # cross-flag checks (vllm_combinations)
 
     def canonical(self, name: str) -> str:
         return self.aliases.get(name) or BUILTIN_ALIASES.get(name) or name
@@ -427,6 +428,10 @@ def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str
         except (ValueError, OverflowError) as exc:
             problem = str(exc) if name in JSON_FLAGS else f"not a valid {_kind(name)}: {exc}"
             launch.errors.append({"flag": name, "value": value, "problem": problem})
+    if table is not None and table.combinations and not launch.errors:
+        from gpudoctor.probes.launch import vllm_combinations
+
+        launch.errors.extend(vllm_combinations.refusals(table.combinations, out))
     return out
 
 
@@ -445,12 +450,34 @@ def _checked(launch: Launch, name: str, spec: Any, value: Any) -> Any:
             except ValueError as exc:
                 launch.errors.append({"flag": name, "value": item, "problem": f"not a valid {_spec_kind(spec)}: {exc}"})
                 return value
-        for problem in vllm_values.problems(spec, result):
+        condition = getattr(spec, "condition", None)
+        for problem in vllm_values.problems(spec, result, with_range=not condition):
             launch.errors.append({"flag": name, "value": item, "problem": problem})
+        if condition:
+            _conditional_range(launch, name, item, spec, result, condition)
         converted.append(result)
     if spec.type in ("config", "json") and name == "--compilation-config" and isinstance(converted[0], int):
         return {"level": converted[0]}
     return converted if isinstance(value, list) else converted[0]
+
+
+def _conditional_range(launch: Launch, name: str, item: Any, spec: Any, result: Any, condition: Dict[str, Any]) -> None:
+    """A range vLLM checks only when it builds the config class under a condition (vllm_conditions):
+    an error when the command meets it, nothing when it does not, and, when only the model or the
+    machine can say (``self._model_info.supports_multimodal``), an entry marked ``condition`` that
+    GD701 reports as unknown, never as a block."""
+    from gpudoctor.probes.launch import vllm_conditions, vllm_values
+
+    problem = vllm_values.out_of_range(spec, result)
+    if problem is None:
+        return
+    meets = vllm_conditions.holds(condition, launch.options)
+    if meets is False:
+        return
+    entry = {"flag": name, "value": item, "problem": problem}
+    if meets is None:
+        entry["condition"] = f"{condition.get('text')} ({condition.get('where')})"
+    launch.errors.append(entry)
 
 
 def _spec_kind(spec: Any) -> str:

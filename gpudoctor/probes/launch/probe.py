@@ -15,6 +15,8 @@ Facts (source: the command, the model's files, the installed vLLM's source):
   launch.vllm        {path, version, found_via, dist_info} of the vLLM the command runs
   launch.vllm.tool_parsers / .reasoning_parsers / .spec_methods / .architectures /
   .quantization / .attention_backends / .markers   (from its source, see vllm_source.py)
+  launch.vllm.memory  what this vLLM does with GPU memory for this command: utilization, extensible
+                     KV cache, whether its free-memory check runs and its words (vllm_memory.py)
   model.source       {given, kind, path, repo, revision, cache_dir, offline, detail}
   model.config       config.json fields (model.py config_fields)
   model.weights      {bytes, format, source, files, dtypes, missing, problems}
@@ -35,6 +37,22 @@ from gpudoctor.probes.launch import parser, vllm_source
 from gpudoctor.snapshot import ABSENT, ERROR, OK, Fact, missing, ok
 
 SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password")
+
+
+def _memory_fact(memory: Optional[Dict[str, Any]], typed: Dict[str, Any], table: Any, where: str) -> Fact:
+    from gpudoctor.probes.launch import vllm_memory
+
+    given: Dict[str, Any] = {}
+    for name, value in typed.items():
+        spec = table.spec(name) if table is not None else None
+        if spec is not None and name in spec.negatives:
+            continue  # --no-x: the parser already set --x to False
+        given[spec.dest if spec is not None else name.lstrip("-").replace("-", "_")] = value
+    given["__dests__"] = {spec.dest for spec in (table.specs.values() if table is not None else ())}
+    decided = vllm_memory.for_command(memory, given)
+    if decided is None:
+        return missing(ABSENT, "no memory defaults or free-memory check found in this vLLM's source", where)
+    return ok(decided, where)
 
 
 def _masked_argv(argv: Sequence[str]) -> List[str]:
@@ -72,7 +90,8 @@ def flag_table(found: Optional[Dict[str, Any]]) -> parser.FlagTable:
                 aliases[name] = longs[0]
             elif longs and name not in spec.names:
                 aliases.pop(name, None)  # a negative form is its own option (it sets the flag False)
-    return parser.FlagTable(known, aliases, switches, specs, complete)
+    combinations = list(getattr(args, "combinations", None) or []) if args is not None else []
+    return parser.FlagTable(known, aliases, switches, specs, complete, combinations)
 
 
 def unknown_flags(launch: parser.Launch, table: parser.FlagTable) -> List[Dict[str, Any]]:
@@ -256,7 +275,8 @@ def inspect_command(command: Command, environ: Dict[str, str], python: Optional[
         why = facts["launch.vllm"].detail
         cannot = missing(ABSENT, f"cannot check flags: {why}", "vllm source")
         facts["launch.unknown_flags"] = cannot
-        for key in ("tool_parsers", "reasoning_parsers", "spec_methods", "architectures", "quantization", "attention_backends", "markers"):
+        for key in ("tool_parsers", "reasoning_parsers", "spec_methods", "architectures", "quantization", "attention_backends", "markers",
+                    "memory"):
             facts[f"launch.vllm.{key}"] = missing(ABSENT, why, "vllm source")
     else:
         if found and (found.get("flags") is not None or found.get("args") is not None):
@@ -285,6 +305,7 @@ def inspect_command(command: Command, environ: Dict[str, str], python: Optional[
             value = (found or {}).get(key)
             facts[f"launch.vllm.{key}"] = ok(value, vsource) if value is not None else missing(ABSENT, absent_reason, vsource)
         facts["launch.vllm.markers"] = ok((found or {}).get("markers") or {}, vsource)
+        facts["launch.vllm.memory"] = _memory_fact((found or {}).get("memory"), typed, table, vsource)
         facts.update(build_facts(location, run_env, debug))
 
     # The model and the drafter.

@@ -28,6 +28,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from gpudoctor.probes.launch import vllm_combinations, vllm_conditions
 from gpudoctor.probes.launch.vllm_index import _last, _name, _read, _Source
 
 HUMAN_INT_FIELDS = {"max_num_batched_tokens", "max_num_scheduled_tokens", "kv_cache_memory_bytes",
@@ -51,6 +52,8 @@ class Arg:
     config_class: Optional[str] = None
     negatives: List[str] = field(default_factory=list)  # option strings that set it False
     origin: str = ""  # where it was read: "ModelConfig.max_model_len" or "arg_utils.py:123"
+    bounds_class: str = ""  # the config class whose Field range ``bounds`` is (pydantic checks it when vLLM builds it)
+    condition: Optional[Dict[str, Any]] = None  # vllm_conditions.Condition: vLLM builds that class only when it holds
 
     def to_json(self) -> Dict[str, Any]:
         return asdict(self)
@@ -65,6 +68,7 @@ class ArgTable:
     enable_disable: bool = False
     names_only: Set[str] = field(default_factory=set)  # defined, but what they accept is not readable
     sources: List[str] = field(default_factory=list)  # every file read (vllm_args_cache keys on them)
+    combinations: List[Dict[str, Any]] = field(default_factory=list)  # vllm_combinations: cross-flag checks
 
 
 # --- type hints -> _compute_kwargs --------------------------------------------------------------------
@@ -270,12 +274,28 @@ def _bounds(default: Optional[ast.AST]) -> Dict[str, float]:
     return out
 
 
-def _number(node: ast.AST) -> Optional[float]:
+_ARITHMETIC = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+               ast.FloorDiv: lambda a, b: a // b if b else None, ast.Div: lambda a, b: a / b if b else None,
+               ast.Pow: lambda a, b: a ** b if abs(b) <= 256 and abs(a) <= 2 ** 16 else None}
+
+
+def _number(node: ast.AST, depth: int = 0) -> Optional[float]:
+    """A number written as a constant or constant arithmetic (``le=2**32 - 1``, ModelConfig.seed in 0.34)."""
+    if depth > 16:
+        return None
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = _number(node.operand)
+        inner = _number(node.operand, depth + 1)
         return -inner if inner is not None else None
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = _number(node.left, depth + 1), _number(node.right, depth + 1)
+        if left is None or right is None:
+            return None
+        try:
+            return _ARITHMETIC[type(node.op)](left, right)
+        except (OverflowError, ZeroDivisionError, ValueError):
+            return None
     return None
 
 
@@ -284,6 +304,7 @@ def field_kwargs(src: _Source, cls_name: str, name: str, node: ast.AnnAssign) ->
     hints = _Hints(src).of(node.annotation)
     hints = {("dict",) if h[0] == "class" and _is_dict_subclass(src, h[1]) else h for h in hints}
     arg = Arg([], name, origin=f"{cls_name}.{name}", bounds=_bounds(node.value))
+    arg.bounds_class = cls_name if arg.bounds else ""
     kinds = {h[0] for h in hints}
     dataclass_hint = next((h[1] for h in hints if h[0] == "class" and _is_dataclass(src, h[1])), None)
     non_builtin = any(h[0] in ("class", "other") for h in hints)
@@ -329,6 +350,12 @@ def field_kwargs(src: _Source, cls_name: str, name: str, node: ast.AnnAssign) ->
 # --- walking add_cli_args ---------------------------------------------------------------------------
 def _type_from(node: ast.AST) -> Tuple[str, bool]:
     """(type, optional) of an explicit ``type=`` expression."""
+    if isinstance(node, ast.Lambda) and len(node.args.args) == 1:
+        # 0.34's --moe-backend / --linear-backend: `lambda s: s.lower().replace("-", "_")`, then choices
+        body = ast.dump(node.body)
+        if "attr='lower'" in body and "attr='replace'" in body and "Constant(value='-')" in body and "Constant(value='_')" in body:
+            return "lower_snake", False
+        return "any", False
     name = _last(node)
     if isinstance(node, ast.Call) and _last(node.func) in ("optional_type", "parse_type"):
         inner, _ = _type_from(node.args[0]) if node.args else ("any", False)
@@ -360,18 +387,20 @@ class _Walker:
         self.mods: Dict[Tuple[str, str], List[Tuple[str, str, Optional[ast.AST]]]] = {}
         self.names_only: Set[str] = set()
         self._bounds_index: Optional[Dict[str, List[Dict[str, float]]]] = None
+        self.aliases: Dict[str, Tuple[str, str]] = {}  # `moe_backend_kwargs = kernel_kwargs["moe_backend"]`
 
-    def field_bounds(self, dest: str) -> Dict[str, float]:
+    def field_bounds(self, dest: str) -> Tuple[Dict[str, float], str]:
         """The Field(ge=…, le=…) range of the config dataclass field named ``dest``, when every config
-        class with such a field agrees: vLLM passes the flag's value to that field, pydantic checks it."""
+        class with such a field agrees: vLLM passes the flag's value to that field, pydantic checks it;
+        with the first such class."""
         if self._bounds_index is None:
             self._bounds_index = {}
             for name in list(self.src.class_file):
                 if name.endswith("Config") and _is_dataclass(self.src, name):
                     for fieldname, node in class_fields(self.src, name).items():
-                        self._bounds_index.setdefault(fieldname, []).append(_bounds(node.value))
-        found = self._bounds_index.get(dest) or [{}]
-        return dict(found[0]) if all(b == found[0] for b in found) else {}
+                        self._bounds_index.setdefault(fieldname, []).append((_bounds(node.value), name))
+        found = self._bounds_index.get(dest) or [({}, "")]
+        return (dict(found[0][0]), found[0][1]) if all(b == found[0][0] for b, _ in found) else ({}, "")
 
     # pass 1: variables holding get_kwargs(...) and the edits to them
     def scan(self, tree: ast.Module, rel: str) -> None:
@@ -391,6 +420,9 @@ class _Walker:
                             classes = [target.split(".")[-1]]
                         self.var_class.setdefault(node.targets[0].id, [])
                         self.var_class[node.targets[0].id].extend(c for c in classes if c not in self.var_class[node.targets[0].id])
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and isinstance(node.value, ast.Subscript):
+                self._alias(node.targets[0].id, node.value)
             # VAR["field"]["attr"] = value / del VAR["field"]["attr"] / VAR["field"]["choices"].remove(x)
             if isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -402,6 +434,18 @@ class _Walker:
                     and node.args:
                 self._mod(node.func.value, node.func.attr, node.args[0])
 
+    def _alias(self, name: str, value: ast.Subscript) -> None:
+        """``X = VAR["field"]`` (the same dict: X's edits are VAR["field"]'s) or ``X = get_kwargs(Cls)["field"]``."""
+        inner = value.slice.value if isinstance(value.slice, ast.Index) else value.slice  # type: ignore[attr-defined]
+        if not (isinstance(inner, ast.Constant) and isinstance(inner.value, str)):
+            return
+        if isinstance(value.value, ast.Name):
+            self.aliases[name] = (value.value.id, inner.value)
+        elif isinstance(value.value, ast.Call) and _last(value.value.func) == "get_kwargs" and value.value.args:
+            var = f"<get_kwargs {_name(value.value.args[0])}>"
+            self.var_class.setdefault(var, [_name(value.value.args[0]).split(".")[-1]])
+            self.aliases[name] = (var, inner.value)
+
     def _mod(self, target: ast.AST, op: str, value: Optional[ast.AST]) -> None:
         keys = []
         node = target
@@ -411,6 +455,9 @@ class _Walker:
                 return
             keys.append(inner.value)
             node = node.value
+        if len(keys) == 1 and isinstance(node, ast.Name) and node.id in self.aliases:
+            self.mods.setdefault(self.aliases[node.id], []).append((op, keys[0], value))
+            return
         if len(keys) != 2 or not isinstance(node, ast.Name):
             return
         attr, fieldname = keys
@@ -467,10 +514,15 @@ class _Walker:
                 arg.nargs = value.value
             elif op == "set" and attr == "flags":
                 extra_flags = _constants(value) or []
-            elif op == "remove" and attr == "choices" and arg.choices is not None and isinstance(value, ast.Constant):
-                arg.choices = [c for c in arg.choices if c != value.value]
-            elif op == "append" and attr == "choices" and arg.choices is not None and isinstance(value, ast.Constant):
-                arg.choices.append(value.value)
+            elif op in ("remove", "append") and attr == "choices" and arg.choices is not None and value is not None:
+                # `.remove(PASSTHROUGH_ALL2ALL_BACKEND)`: a constant named in another module (0.34 config/kernel.py)
+                named = self.src.alias(value.id) if isinstance(value, ast.Name) else value
+                if not isinstance(named, ast.Constant):
+                    self.problems.append(f"choices of {fieldname} edited with a value not readable ({ast.dump(value)[:80]})")
+                elif op == "remove":
+                    arg.choices = [c for c in arg.choices if c != named.value]
+                else:
+                    arg.choices.append(named.value)
         return extra_flags
 
     # pass 2: the add_argument calls
@@ -548,6 +600,8 @@ class _Walker:
             return
         arg: Optional[Arg] = None
         for value in spread:
+            if isinstance(value, ast.Name) and value.id in self.aliases:
+                arg = self.base_spec(*self.aliases[value.id])
             if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
                 inner = value.slice.value if isinstance(value.slice, ast.Index) else value.slice  # type: ignore[attr-defined]
                 if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
@@ -576,7 +630,7 @@ class _Walker:
         if not spread and not arg.bounds and arg.type in ("int", "float", "human_int"):
             dest = next((k.value.value for k in keywords if k.arg == "dest" and isinstance(k.value, ast.Constant)), None)
             longs = [n for n in names if n.startswith("--")]
-            arg.bounds = self.field_bounds(dest or (longs[0][2:].replace("-", "_") if longs else ""))
+            arg.bounds, arg.bounds_class = self.field_bounds(dest or (longs[0][2:].replace("-", "_") if longs else ""))
         if arg.action in ("switch", "bool"):
             arg.type, arg.nargs, arg.choices = "any", 0, None
         self.finish(arg, names, call, where)
@@ -597,6 +651,18 @@ def _constants(node: Optional[ast.AST], src: Optional[_Source] = None, depth: in
     ``list(...)``, ``[f.value for f in SomeEnum]`` or a module-level name holding one of those."""
     if node is None or depth > 8:
         return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):  # ["auto", "cpu"] + ([…] if … else [])
+        left, right = _constants(node.left, src, depth + 1), _constants(node.right, src, depth + 1)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.IfExp) and src is not None:  # decided on the platform gpudoctor judges (CUDA)
+        verdict = vllm_conditions.platform_test(node.test, src)
+        return None if verdict is None else _constants(node.body if verdict else node.orelse, src, depth + 1)
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and src is not None and any(
+            isinstance(i, ast.Attribute) and _name(i.value) == "current_platform" for i in node.elts):
+        values_on_cuda = [vllm_conditions.platform_value(i, src) if isinstance(i, ast.Attribute) else i for i in node.elts]
+        if any(v is None for v in values_on_cuda):
+            return None
+        node = type(node)(elts=[v if isinstance(v, ast.AST) else ast.Constant(value=v) for v in values_on_cuda])
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         values: List[Any] = []
         for item in node.elts:
@@ -685,6 +751,7 @@ def read_args(package: str, flag_files: Sequence[str]) -> Optional[ArgTable]:
     if not walker.table and not walker.names_only:
         return None
     table = dict(walker.table)
+    vllm_conditions.apply(src, table)
     for dest, bounds in _serve_checks(trees).items():
         for arg in {id(a): a for a in table.values() if a.dest == dest and a.type in ("int", "float", "human_int")}.values():
             arg.bounds = {**bounds, **arg.bounds}
@@ -705,7 +772,8 @@ def read_args(package: str, flag_files: Sequence[str]) -> Optional[ArgTable]:
     for name in ("--help", "-h"):
         table.setdefault(name, Arg([name], "help", action="switch", nargs=0))
     names_only = {n for n in walker.names_only if n not in table}
-    return ArgTable(table, not problems, problems, [r for r, _ in trees], enable_disable, names_only, sorted(src._texts))
+    combinations = vllm_combinations.read(src, table, vllm_conditions.Constructions(src))
+    return ArgTable(table, not problems, problems, [r for r, _ in trees], enable_disable, names_only, sorted(src._texts), combinations)
 
 
 def summary(table: ArgTable) -> Dict[str, Any]:

@@ -22,11 +22,11 @@ import time
 import zlib
 from typing import Any, Dict, List, Optional, Sequence
 
-from gpudoctor.probes.launch import vllm_args, vllm_index
+from gpudoctor.probes.launch import vllm_args, vllm_combinations, vllm_conditions, vllm_index
 from gpudoctor.probes.launch.vllm_args import Arg, ArgTable
 
 FORMAT = "gpudoctor-vllm-args"
-VERSION = 1
+VERSION = 2  # 2: the cross-flag checks (combinations) are part of the table
 MAX_BYTES = 8 << 20
 RACY_S = 2.0
 
@@ -67,7 +67,7 @@ def _stat(path: str) -> Optional[List[int]]:
 
 def _identity(package: str, flag_files: Sequence[str]) -> Dict[str, Any]:
     """What must be the same for a cached table to stand: gpudoctor's reader and the files read up front."""
-    own = [_stat(module.__file__ or "") for module in (vllm_args, vllm_index)]
+    own = [_stat(module.__file__ or "") for module in (vllm_args, vllm_index, vllm_conditions, vllm_combinations)]
     return {"reader": own, "package": os.path.realpath(package), "flag_files": list(flag_files),
             "files": {path: _stat(path) for path in _candidates(package, flag_files)}}
 
@@ -111,7 +111,7 @@ def _decode(doc: Dict[str, Any]) -> ArgTable:
     actions = [Arg(**fields) for fields in doc["actions"]]
     args = {name: actions[index] for name, index in doc["args"]}
     return ArgTable(args, bool(doc["complete"]), list(doc["problems"]), list(doc["files"]), bool(doc["enable_disable"]),
-                    set(doc["names_only"]), list(doc.get("sources", [])))
+                    set(doc["names_only"]), list(doc.get("sources", [])), list(doc.get("combinations", [])))
 
 
 # --- writing ------------------------------------------------------------------------------------------
@@ -120,7 +120,8 @@ def _encode(table: ArgTable) -> Dict[str, Any]:
     index = {id(a): i for i, a in enumerate(unique)}
     return {"actions": [a.to_json() for a in unique], "args": [[name, index[id(a)]] for name, a in table.args.items()],
             "complete": table.complete, "problems": table.problems, "files": table.files,
-            "enable_disable": table.enable_disable, "names_only": sorted(table.names_only), "sources": table.sources}
+            "enable_disable": table.enable_disable, "names_only": sorted(table.names_only), "sources": table.sources,
+            "combinations": table.combinations}
 
 
 def _save(path: str, wanted: Dict[str, Any], package: str, flag_files: Sequence[str], table: ArgTable) -> None:

@@ -606,4 +606,14 @@ def _everything(package: str) -> Dict[str, Any]:
         "quantization": quantization_min_capability(package),
         "attention_backends": attention_backends(package),
         "markers": markers(package),
+        "memory": _memory(package),
     }
+
+
+def _memory(package: str) -> Optional[Dict[str, Any]]:
+    from gpudoctor.probes.launch import vllm_memory
+
+    try:
+        return vllm_memory.read(package)
+    except Exception:  # an odd tree: the memory rules say unknown
+        return None

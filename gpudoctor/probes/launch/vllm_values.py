@@ -8,7 +8,7 @@ given on a command line and says what vLLM makes of it (``convert``) and what it
 from __future__ import annotations
 
 import re
-from typing import Any, List
+from typing import Any, List, Optional
 
 from gpudoctor.probes.launch.vllm_args import Arg
 
@@ -51,6 +51,8 @@ def convert(arg: Arg, text: str) -> Any:
         return number
     if kind == "human_int":
         return human_int(text)
+    if kind == "lower_snake":  # `type=lambda s: s.lower().replace("-", "_")`, then the choices
+        return text.lower().replace("-", "_")
     if kind == "human_int_or_auto":
         return -1 if text.strip().lower() == "auto" else human_int(text)
     if kind in ("json", "config"):
@@ -78,8 +80,27 @@ def convert(arg: Arg, text: str) -> Any:
 STRICT_OPEN_FIELDS = {"quantization", "cache_dtype"}
 
 
-def problems(arg: Arg, value: Any) -> List[str]:
-    """What vLLM refuses about an already converted value (choices, range, JSON keys)."""
+def _shown(bound: float) -> str:
+    """4294967295 as written, not 4.29497e+09; 0.5 as 0.5."""
+    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 1e18 else f"{bound:g}"
+
+
+def out_of_range(arg: Arg, value: Any) -> Optional[str]:
+    """The numeric range of the flag's config field (pydantic ``Field(ge=…, lt=…)``) the value breaks."""
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and arg.bounds):
+        return None
+    b = arg.bounds
+    if "gt" in b and not value > b["gt"] or "ge" in b and not value >= b["ge"] or "lt" in b and not value < b["lt"] \
+            or "le" in b and not value <= b["le"]:
+        low = f"> {_shown(b['gt'])}" if "gt" in b else f">= {_shown(b['ge'])}" if "ge" in b else ""
+        high = f"< {_shown(b['lt'])}" if "lt" in b else f"<= {_shown(b['le'])}" if "le" in b else ""
+        return f"out of range: must be {' and '.join(x for x in (low, high) if x)}"
+    return None
+
+
+def problems(arg: Arg, value: Any, with_range: bool = True) -> List[str]:
+    """What vLLM refuses about an already converted value (choices, range, JSON keys); the range
+    only ``with_range`` (the caller decides it apart when vLLM checks it only under a condition)."""
     out: List[str] = []
     if arg.known_values and arg.dest in STRICT_OPEN_FIELDS and isinstance(value, str) and value not in arg.known_values:
         shown = ", ".join(str(c) for c in arg.known_values)
@@ -87,13 +108,9 @@ def problems(arg: Arg, value: Any) -> List[str]:
     if arg.choices is not None and value not in arg.choices and not (value is None and arg.optional):
         shown = ", ".join(str(c) for c in arg.choices if c is not None)
         out.append(f"invalid choice {value!r} (choose from {shown})")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and arg.bounds:
-        b = arg.bounds
-        if "gt" in b and not value > b["gt"] or "ge" in b and not value >= b["ge"] or "lt" in b and not value < b["lt"] \
-                or "le" in b and not value <= b["le"]:
-            low = f"> {b['gt']:g}" if "gt" in b else f">= {b['ge']:g}" if "ge" in b else ""
-            high = f"< {b['lt']:g}" if "lt" in b else f"<= {b['le']:g}" if "le" in b else ""
-            out.append(f"out of range: must be {' and '.join(x for x in (low, high) if x)}")
+    range_problem = out_of_range(arg, value) if with_range else None
+    if range_problem:
+        out.append(range_problem)
     if arg.type == "config" and value is not None and not isinstance(value, dict):
         out.append(f"must be a JSON object ({{...}}) for {arg.config_class}, got {type(value).__name__}")
     if arg.keys is not None and isinstance(value, dict):
