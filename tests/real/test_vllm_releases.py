@@ -19,9 +19,9 @@ cli_args.py, EnableDisableAction pairing --enable-x with --disable-x, pydantic F
 built under a condition, cross-flag checks of the config classes).
 
 A release without a closure lock (0.34.0: `pip install vllm==0.34.0` cannot be resolved from PyPI,
-its pin flashinfer-python==0.7.3 is not published there) is preflighted on the oracle's own venv:
-the same vLLM wheel, installed --no-deps, whose source preflight reads (never imports); the launch
-rules read nothing else of the venv.
+its pin flashinfer-python==0.7.3 is not published there) is preflighted on a venv of its wheel alone,
+installed --no-deps, whose source preflight reads (never imports); the launch rules read nothing else
+of the venv.
 """
 
 import hashlib
@@ -56,9 +56,18 @@ CPU_TORCH = "2.13.0"  # the CPU wheel for cp311 in the machine's local wheel dir
 ORACLE = Path(__file__).resolve().parent / "vllm_oracle.py"
 
 
+def locked(version: str) -> bool:
+    return (realenv.CLOSURES / f"vllm-{version}.txt").is_file()
+
+
 def oracle_python(version: str) -> Path:
-    """A venv with this vLLM, CPU torch and the rest of what `pip install vllm==X` installs, less the GPU stack."""
-    return realenv.parser_venv(version, torch=CPU_TORCH)
+    """A venv with this vLLM, CPU torch and the rest of what `pip install vllm==X` installs, less the GPU
+    stack: from its closure lock; for a release without one, vLLM's requirements as pip resolves them now."""
+    if locked(version):
+        return realenv.parser_venv(version, torch=CPU_TORCH)
+    extra = realenv.requires_dist(realenv.wheel("vllm", version))
+    base = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    return realenv.venv_with(f"vllm=={version}", f"torch=={CPU_TORCH}", extra=extra, python=base)
 
 
 def verdicts(version: str) -> list:
@@ -100,8 +109,7 @@ def test_preflight_agrees_with_vllms_own_parser(version):
     corpus = verdicts(version)
     # preflight reads the vLLM of the command's venv (source, never imported): the same release as
     # `pip install vllm==X` installs it, so the oracle's own venv is needed only to compute verdicts.
-    locked = (realenv.CLOSURES / f"vllm-{version}.txt").is_file()
-    script = (realenv.release_venv(version) if locked else oracle_python(version)).parent / "vllm"
+    script = (realenv.release_venv(version) if locked(version) else realenv.venv_with(f"vllm=={version}")).parent / "vllm"
     assert script.exists()
     false_blocks, missed, kinds = [], [], Counter()
     # refused None: the oracle, on CPU, got a refusal about its own platform (ParallelConfig's "Expert
