@@ -541,6 +541,16 @@ def parser_venv(version: str, engine: str = "vllm", torch: str = "2.13.0") -> Pa
     return target / "bin" / "python"
 
 
+def source_wheel(engine: str, version: str) -> Path:
+    """A wheel of the engine whose every source file and metadata is the real one: its sparse form when
+    its closure is locked (made once, hash-checked), else the whole wheel."""
+    if not (CLOSURES / f"{engine}-{version}.txt").is_file():
+        return wheel(engine, version)
+    [item] = [i for i in closure_lock(version, engine) if canonical(i[1].split("==")[0]) == canonical(engine)]
+    with _locked(SPARSE / f".engine-{engine}-{version}.lock"):
+        return sparse_forms([item])[item[2]]
+
+
 def _install_metadata(site: Path, stub: Path) -> None:
     """Install a distribution as its metadata alone: the wheel's own dist-info (from its sparse form),
     with a RECORD that lists just those files (what pip writes for a wheel without a payload), so

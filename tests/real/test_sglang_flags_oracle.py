@@ -1,6 +1,6 @@
 """preflight's SGLang flag check against SGLang's own argument parser (the oracle), in a CPU venv.
 
-SGLang 0.5.23 with its pure-Python requirements and CPU torch (realenv.venv_with: SGLang's own
+SGLang 0.5.23 with its pure-Python requirements and CPU torch (realenv.parser_venv: SGLang's own
 parser must import; the GPU packages stay out) builds its real server parser the way
 ``sglang serve`` does (``argparse.ArgumentParser(prog="sglang serve")`` +
 ``ServerArgs.add_cli_args``). gpudoctor reads the same flags from the source files
@@ -64,8 +64,11 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def oracle_python():
-    wheel = realenv.wheel("sglang", VERSION)
-    return realenv.venv_with(f"sglang=={VERSION}", f"torch=={CPU_TORCH}", extra=realenv.requires_dist(wheel))
+    """SGLang's own Python from its closure lock, less the GPU stack, with CPU torch (realenv.parser_venv);
+    discarded after the module: the commands it judges are the test's."""
+    python = realenv.parser_venv(VERSION, engine="sglang", torch=CPU_TORCH)
+    yield python
+    realenv.discard(python)
 
 
 def run_oracle(python, commands):

@@ -39,7 +39,7 @@ EXPECTED = {
 
 def source_of(version: str, into: Path) -> Path:
     """The wheel's vllm/**.py files (what preflight reads in an installed vLLM)."""
-    with zipfile.ZipFile(realenv.wheel("vllm", version)) as archive:
+    with zipfile.ZipFile(realenv.source_wheel("vllm", version)) as archive:
         for name in archive.namelist():
             if name.startswith("vllm/") and name.endswith(".py"):
                 archive.extract(name, into)
