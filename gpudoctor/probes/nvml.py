@@ -15,7 +15,9 @@ Facts written (all with source "nvml"):
   gpu.N.{name, uuid, pci_bus_id, compute_capability, memory_total, memory_used, memory_free,
          memory_reserved, ecc_mode, ecc_uncorrected_volatile, remapped_rows, mig_mode,
          persistence_mode, compute_mode, throttle_reasons, pcie_gen_current, pcie_gen_max,
-         pcie_width_current, pcie_width_max, nvlink_active, processes}
+         pcie_width_current, pcie_width_max, nvlink_active, processes,
+         numa_node, cpu_affinity, nvlink_links}   (the last three: probes.nvml_links)
+  gpu.pairs                   P2P status and topology level of every GPU pair (probes.nvml_links)
   (processes: compute "C" and graphics "G" processes as {pid, used_memory, type})
 """
 
@@ -150,7 +152,23 @@ def _read_all(nv: Any) -> Dict[str, Fact]:
     facts["gpu.count"] = count
     for index in range(count.value if count.ok else 0):
         facts.update(_read_gpu(nv, index))
+    if count.ok:
+        facts["gpu.pairs"] = _pairs(nv, count.value, facts)
     return facts
+
+
+def _pairs(nv: Any, count: int, facts: Dict[str, Fact]) -> Fact:
+    """P2P status and topology of every GPU pair (probes.nvml_links), on the handles of this pass."""
+    from gpudoctor.probes import nvml_links
+
+    handles = {}
+    for index in range(count):
+        handle = _query(nv.nvmlDeviceGetHandleByIndex, index)
+        if handle.ok:
+            handles[index] = handle.value
+    buses = {i: facts[f"gpu.{i}.pci_bus_id"].value if facts.get(f"gpu.{i}.pci_bus_id", missing(ERROR, "")).ok else None for i in handles}
+    links = {i: facts[f"gpu.{i}.nvlink_links"] for i in handles if f"gpu.{i}.nvlink_links" in facts}
+    return nvml_links.pair_fact(nv, handles, buses, links, _query)
 
 
 def _read_gpu(nv: Any, index: int) -> Dict[str, Fact]:
@@ -185,6 +203,9 @@ def _read_gpu(nv: Any, index: int) -> Dict[str, Fact]:
     f["pcie_width_current"] = _query(nv.nvmlDeviceGetCurrPcieLinkWidth, h, convert=int)
     f["pcie_width_max"] = _query(nv.nvmlDeviceGetMaxPcieLinkWidth, h, convert=int)
     f["nvlink_active"] = _nvlink(nv, h)
+    from gpudoctor.probes import nvml_links
+
+    f.update(nvml_links.gpu_facts(nv, h, _query))  # NUMA node, CPU affinity, NVLink links and their remote ends
     f["processes"] = _all_processes(nv, h)
     return {prefix + key: fact for key, fact in f.items()}
 
