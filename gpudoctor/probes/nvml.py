@@ -265,3 +265,50 @@ def _processes(procs: Any, kind: str) -> List[Dict[str, Any]]:
         # NVML reports "not available" (e.g. no permission in a container) as a huge sentinel.
         out.append({"pid": int(proc.pid), "used_memory": int(used) if isinstance(used, int) and used < 1 << 62 else None, "type": kind})
     return out
+
+
+# --- the GPU fabric state, read in a child -------------------------------------------------------
+# nvmlDeviceGetGpuFabricInfoV through pynvml killed the calling Python with SIGSEGV on the real
+# H200 (driver 580.159.04; ground_truth/h200/fabric). So the doctor never calls it: probes.fabric
+# runs ``python -m gpudoctor.probes.nvml fabric`` under the deadline, and a crash there costs only
+# this fact. nvmlGpuFabricState_t: 0 not supported, 1 not started, 2 in progress, 3 completed.
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+
+
+def read_fabric() -> Dict[str, Any]:
+    """{index: {"state", "status" (nvmlReturn_t of the registration), "clique"} or {"error": name}}."""
+    import ctypes
+
+    from gpudoctor.probes import codecache
+
+    nv = codecache.import_module("pynvml")
+    nv.nvmlInit()
+    try:
+        out: Dict[str, Any] = {}
+        for index in range(nv.nvmlDeviceGetCount()):
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            info = nv.c_nvmlGpuFabricInfo_t()
+            try:
+                # pynvml hands the struct to C as given: pass a pointer (the version-less v1 call).
+                nv.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+            except Exception as exc:
+                code = getattr(exc, "value", None)
+                out[str(index)] = {"error": ERROR_NAMES.get(code, str(code)) if isinstance(code, int) else str(exc)}
+                continue
+            out[str(index)] = {"state": FABRIC_STATES.get(int(info.state), str(info.state)), "status": int(info.status),
+                               "status_name": "Success" if int(info.status) == 0 else ERROR_NAMES.get(int(info.status), str(info.status)),
+                               "clique": int(info.cliqueId)}
+        return out
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+
+
+if __name__ == "__main__":  # the child of probes.fabric
+    import json
+    import sys
+
+    if sys.argv[1:] == ["fabric"]:
+        print(json.dumps(read_fabric()))
