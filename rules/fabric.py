@@ -30,6 +30,16 @@ def _label(snap, index: int) -> str:
     return f"GPU {index} ({snap.value(f'gpu.{index}.name', '?')})"
 
 
+def _not_read(snap, path: str):
+    """A fact this rule needs is not ok: absent (an older snapshot, no NVML, no kernel log in a
+    sandbox) is not applicable with its reason; refused or failed (no_permission, error,
+    timeout) is unknown: the machine hides the answer."""
+    fact = snap.get(path)
+    if fact.status == "absent":
+        return NotApplicable(f"{path} was not read here: {fact.detail or 'not collected'}")
+    return Unknown(f"needs {path}: {fact.describe()}")
+
+
 def _planned_group(snap) -> Tuple[List[int], str]:
     """The GPUs that will talk to each other: a vLLM launch's first TP × PP visible GPUs, else all visible."""
     visible = visible_gpus(snap) if snap.get("gpu.count").ok else []
@@ -70,7 +80,7 @@ def _best_set(snap, candidates: Sequence[int], size: int) -> Optional[List[int]]
     return None
 
 
-@rule("GD310", "p2p-unavailable", severity=WARNING, area="gpu", requires=("gpu.pairs",))
+@rule("GD310", "p2p-unavailable", severity=WARNING, area="gpu")
 def p2p_unavailable(snap):
     """GPUs that will exchange tensors cannot reach each other peer-to-peer.
 
@@ -98,6 +108,8 @@ def p2p_unavailable(snap):
     group, what = _planned_group(snap)
     if len(group) < 2:
         return NotApplicable(f"{len(group)} GPU(s) in {what}: nothing to reach")
+    if not snap.get("gpu.pairs").ok:
+        return _not_read(snap, "gpu.pairs")
     broken, unread = [], []
     for a, b in combinations(group, 2):
         entry = _pair(snap, a, b)
@@ -175,7 +187,7 @@ def _gpu_of(snap, pci: str) -> Optional[int]:
     return None
 
 
-@rule("GD312", "xid-events", severity=WARNING, area="gpu", requires=("node.xid",))
+@rule("GD312", "xid-events", severity=WARNING, area="gpu")
 def xid_events(snap):
     """The NVIDIA driver logged Xid errors since boot.
 
@@ -193,6 +205,8 @@ def xid_events(snap):
     - NVIDIA Xid catalog: https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html
     - https://docs.nvidia.com/deploy/xid-errors/index.html
     """
+    if not snap.get("node.xid").ok:
+        return _not_read(snap, "node.xid")
     events = snap.value("node.xid") or []
     if not events:
         return None
@@ -229,7 +243,7 @@ def _socket_ifname_matches(spec: str, names: Sequence[str]) -> List[str]:
     return [n for n in names if hit(n) != exclude]
 
 
-@rule("GD313", "nccl-socket-ifname-missing", severity=ERROR, area="gpu", requires=("net.interfaces",))
+@rule("GD313", "nccl-socket-ifname-missing", severity=ERROR, area="gpu")
 def nccl_socket_ifname_missing(snap):
     """NCCL_SOCKET_IFNAME selects no network interface of this machine.
 
@@ -253,6 +267,8 @@ def nccl_socket_ifname_missing(snap):
     spec = _env(snap).get("NCCL_SOCKET_IFNAME")
     if spec is None:
         return NotApplicable("NCCL_SOCKET_IFNAME is not set")
+    if not snap.get("net.interfaces").ok:
+        return _not_read(snap, "net.interfaces")
     names = sorted((snap.value("net.interfaces") or {}).keys())
     selected = _socket_ifname_matches(spec, names)
     if selected:
@@ -277,7 +293,7 @@ def _active_rdma(devices: Any) -> List[str]:
             if "ACTIVE" in str((info or {}).get("state") or "").upper()]
 
 
-@rule("GD314", "nccl-ib-disabled-with-active-ib", severity=WARNING, area="gpu", requires=("rdma.devices",))
+@rule("GD314", "nccl-ib-disabled-with-active-ib", severity=WARNING, area="gpu")
 def nccl_ib_disabled_with_active_ib(snap):
     """NCCL_IB_DISABLE=1 while this machine has active InfiniBand/RoCE ports.
 
@@ -296,6 +312,8 @@ def nccl_ib_disabled_with_active_ib(snap):
     value = _env(snap).get("NCCL_IB_DISABLE")
     if value is None or value.strip() in ("", "0"):
         return NotApplicable("NCCL_IB_DISABLE is not set to 1")
+    if not snap.get("rdma.devices").ok:
+        return _not_read(snap, "rdma.devices")
     devices = snap.value("rdma.devices")
     if not devices:
         return NotApplicable("no RDMA device on this machine")
@@ -309,7 +327,7 @@ def nccl_ib_disabled_with_active_ib(snap):
     )
 
 
-@rule("GD315", "nccl-p2p-disabled-on-nvlink", severity=WARNING, area="gpu", requires=("gpu.pairs",))
+@rule("GD315", "nccl-p2p-disabled-on-nvlink", severity=WARNING, area="gpu")
 def nccl_p2p_disabled_on_nvlink(snap):
     """NCCL_P2P_DISABLE=1 on GPUs joined by NVLink.
 
@@ -331,6 +349,8 @@ def nccl_p2p_disabled_on_nvlink(snap):
     visible = visible_gpus(snap)
     if len(visible) < 2:
         return NotApplicable(f"{len(visible)} visible GPU: no GPU-to-GPU traffic")
+    if not snap.get("gpu.pairs").ok:
+        return _not_read(snap, "gpu.pairs")
     linked = [f"GPU {a}-{b} ({entry.get('connection')})" for a, b in combinations(visible, 2)
               for entry in [_pair(snap, a, b) or {}] if entry.get("nvlinks")]
     if not linked:
@@ -373,7 +393,9 @@ def fabric_not_ready(snap):
             return NotApplicable(reason.detail)
         if any(f.status == "not_supported" for f in states.values()):
             return NotApplicable("NVML: no fabric on these GPUs (fabric info not supported)")
-        return Unknown(reason.describe() if reason.status != "absent" else "the fabric state was not read")
+        if reason.status == "absent":
+            return NotApplicable(f"the fabric state was not read here: {reason.detail or 'not collected'}")
+        return Unknown(reason.describe())
     bad = {i: info for i, info in read.items()
            if info.get("state") in ("not_started", "in_progress") or (info.get("state") == "completed" and info.get("status") not in (0, None))}
     if not bad:
@@ -390,4 +412,55 @@ def fabric_not_ready(snap):
         Fix("Start the fabric manager (same version as the driver) and wait for registration.",
             ["sudo systemctl enable --now nvidia-fabricmanager", "systemctl status nvidia-fabricmanager",
              "nvidia-smi -q | grep -A3 Fabric"], "needs_root"),
+    )
+
+
+def _crosses_sockets(entry: Dict[str, Any]) -> bool:
+    return entry.get("level") == "SYS" and not entry.get("nvlinks")
+
+
+@rule("GD317", "tp-group-crosses-sockets", severity=WARNING, area="gpu")
+def tp_group_crosses_sockets(snap):
+    """The launch's tensor-parallel group spans CPU sockets while closer GPUs are free.
+
+    ## Why
+    Between GPUs under different CPU sockets (`nvidia-smi topo -m` shows SYS) and without
+    NVLink, every all-reduce crosses the sockets' interconnect (QPI/UPI, xGMI), the slowest
+    path of the machine, and P2P is often unavailable there. When the machine has enough GPUs
+    under one socket, the same command runs faster on those.
+
+    ## Fix
+    Run the command on the GPUs shown (`CUDA_VISIBLE_DEVICES` in front of it, with
+    `CUDA_DEVICE_ORDER=PCI_BUS_ID` so the indices are nvidia-smi's).
+
+    ## References
+    - `nvidia-smi topo -m` legend (SYS: "traversing PCIe as well as the SMP interconnect between NUMA nodes").
+    - NVML nvmlDeviceGetTopologyCommonAncestor (NVML_TOPOLOGY_SYSTEM):
+      https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html
+    """
+    if snap.value("launch.kind") not in ("vllm-serve", "vllm-api-server"):
+        return NotApplicable("no vLLM launch command (preflight -- vllm serve …)")
+    group, what = _planned_group(snap)
+    if len(group) < 2 or "group" not in what:
+        return NotApplicable(f"{len(group)} GPU(s) per engine")
+    if not snap.get("gpu.pairs").ok:
+        return _not_read(snap, "gpu.pairs")
+    crossing = [(a, b) for a, b in combinations(group, 2) if _crosses_sockets(_pair(snap, a, b) or {})]
+    if not crossing:
+        return None
+    visible = visible_gpus(snap)
+    better = None
+    if len(visible) <= 8:
+        for candidate in combinations(visible, len(group)):
+            if not any(_crosses_sockets(_pair(snap, a, b) or {}) for a, b in combinations(candidate, 2)):
+                better = list(candidate)
+                break
+    if better is None:
+        return None  # no closer set exists: nothing better to run on
+    pairs = ", ".join(f"GPU {a}-{b}" for a, b in crossing)
+    return Fail(
+        f"{what} crosses CPU sockets ({pairs}: SYS, no NVLink); GPU {','.join(map(str, better))} are under one socket",
+        ["gpu.pairs"],
+        Fix("Run the engine on GPUs under one socket.",
+            [f"CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={','.join(map(str, better))} vllm serve …", "nvidia-smi topo -m"]),
     )

@@ -15,9 +15,10 @@ Facts written (all with source "nvml"):
   gpu.N.{name, uuid, pci_bus_id, compute_capability, memory_total, memory_used, memory_free,
          memory_reserved, ecc_mode, ecc_uncorrected_volatile, remapped_rows, mig_mode,
          persistence_mode, compute_mode, throttle_reasons, pcie_gen_current, pcie_gen_max,
-         pcie_width_current, pcie_width_max, nvlink_active, processes,
-         numa_node, cpu_affinity, nvlink_links}   (the last three: probes.nvml_links)
-  gpu.pairs                   P2P status and topology level of every GPU pair (probes.nvml_links)
+         pcie_width_current, pcie_width_max, nvlink_active, processes}
+  gpu.N.numa_node, gpu.N.cpu_affinity, gpu.N.nvlink_links, and gpu.pairs (P2P status and
+  topology level of every GPU pair): probes.nvml_links, NVML only (the nvidia-smi fallback
+  does not write them; the rules that read them say unknown)
   (processes: compute "C" and graphics "G" processes as {pid, used_memory, type})
 """
 

@@ -47,12 +47,12 @@ def replayed(tape: Dict[str, Any]) -> Dict[str, Any]:
     return {p: f for p, f in facts.items() if p == "gpu.pairs" or p.split(".")[-1] in TOPOLOGY}
 
 
-def machine(snapshot: str, tape_of: Callable[[], Dict[str, Any]], *edits, tape_edit=None, kmsg=None, fabric=None):
+def machine(snapshot: str, tape_of: Callable[[], Dict[str, Any]], *edits, tape_edit=None, kmsg=None, fabric=None, grown=()):
     def make(tmp: Path) -> Dict[str, Any]:
         tape = tape_of()
         if tape_edit:
             tape_edit(tape)
-        data = build(snapshot)
+        data = build(snapshot, *grown)  # GPUs added to the recording before the tape's facts are laid over it
         merge(replayed(tape))(data)
         root = tmp / "root"
         (root / "dev").mkdir(parents=True, exist_ok=True)
@@ -72,6 +72,15 @@ def x2(*edits, **kw):
     return machine("h200x2.json", fake_nvml.h200x2, *edits, **kw)
 
 
+def x4(*edits, **kw):
+    """The 2xH200 recording with GPUs 2 and 3 added under a second socket (four_gpus_two_sockets)."""
+    from cases import add_gpu_copy
+
+    grown = (add_gpu_copy(0, 2, "GPU-51cb1330-e3cd-8754-4de9-000000000002", "00000000:80:06.0"),
+             add_gpu_copy(1, 3, "GPU-486fb5a3-f83f-ba19-e43c-000000000003", "00000000:80:07.0"))
+    return machine("h200x2.json", fake_nvml.h200x2, *edits, tape_edit=four_gpus_two_sockets, grown=grown, **kw)
+
+
 def h200(*edits, **kw):
     return machine("h200.json", fake_nvml.h200, *edits, **kw)
 
@@ -85,6 +94,21 @@ def no_p2p(tape: Dict[str, Any]) -> None:
 
 def link_down(tape: Dict[str, Any]) -> None:
     tape["gpus"][1]["nvlink_active"][7] = 0
+
+
+def four_gpus_two_sockets(tape: Dict[str, Any]) -> None:
+    """The 2xH200 tape grown to 4 PCIe GPUs: 0,1 under one socket (PHB), 2,3 under the other (SYS to 0,1).
+    The levels are NVML's topology enum as topo -m spells it; the GPUs are copies of the recorded ones."""
+    import copy
+
+    no_p2p(tape)
+    for index, bus in ((2, "00000000:80:06.0"), (3, "00000000:80:07.0")):
+        gpu = copy.deepcopy(tape["gpus"][index - 2])
+        gpu["uuid"], gpu["pci"] = gpu["uuid"][:-4] + f"000{index}", bus
+        gpu["nvlink_remote"] = [None] * 18
+        tape["gpus"].append(gpu)
+    tape["topology"] = {"0-1": 30, "2-3": 30, "0-2": 50, "0-3": 50, "1-2": 50, "1-3": 50}
+    tape["p2p_status"] = {pair: {cap: 0 if level == 30 else 3 for cap in range(4)} for pair, level in tape["topology"].items()}
 
 
 def fabric_answer(states: Dict[str, Dict[str, Any]], returncode: int = 0):
@@ -178,6 +202,16 @@ CASES = [
         "p2p-disabled-on-nv18", "GD315", x2(env(NCCL_P2P_DISABLE="1")),
         "fail", "warning", ("NCCL_P2P_DISABLE=1 on GPUs joined by NVLink (GPU 0-1 (NV18))",), ("env.NCCL_P2P_DISABLE", "gpu.pairs"),
     ),
+    # GD317 tp-group-crosses-sockets
+    Case("no-launch", "GD317", x2(), "not_applicable", message=("no vLLM launch",)),
+    Case("tp2-on-nv18", "GD317", x2(*LAUNCH_TP2), "pass"),
+    Case("tp2-under-one-socket", "GD317", x4(*LAUNCH_TP2, env(CUDA_VISIBLE_DEVICES="2,3")), "pass"),
+    Case(
+        "tp2-across-sockets", "GD317", x4(*LAUNCH_TP2, env(CUDA_VISIBLE_DEVICES="1,2,3")),
+        "fail", "warning", ("crosses CPU sockets (GPU 1-2: SYS, no NVLink)", "GPU 2,3 are under one socket"), ("gpu.pairs",),
+        commands=("CUDA_VISIBLE_DEVICES=2,3",),
+    ),
+    Case("tp4-has-no-better-set", "GD317", x4(put("launch.kind", "vllm-serve"), put("launch.args", {"--tensor-parallel-size": 4})), "pass"),
     # GD316 fabric-not-ready
     Case("registered", "GD316", x2(fabric={**fabric_answer({"0": COMPLETED, "1": COMPLETED})}), "pass"),
     Case("one-gpu-no-child", "GD316", h200(fabric=fabric_probe.collect(Context(), {"gpu.count": ok(1, "nvml")})),
