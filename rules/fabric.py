@@ -80,7 +80,7 @@ def _best_set(snap, candidates: Sequence[int], size: int) -> Optional[List[int]]
     return None
 
 
-@rule("GD310", "p2p-unavailable", severity=WARNING, area="gpu")
+@rule("GD310", "p2p-unavailable", severity=WARNING, area="gpu", requires=("gpu.count",))
 def p2p_unavailable(snap):
     """GPUs that will exchange tensors cannot reach each other peer-to-peer.
 
