@@ -2,7 +2,11 @@
 
 Entries are indices, ``GPU-<uuid>`` (a unique prefix is enough) or ``MIG-<uuid>``. The
 runtime stops at the first entry it cannot resolve: everything after it is silently
-dropped, which is how a typo hides GPUs. An empty value hides every GPU.
+dropped, which is how a typo hides GPUs. An empty value hides every GPU, and so does a
+GPU named twice ("0,0", "0,1,0"): the runtime then enumerates no device at all (measured
+on an H200: torch sees 0 GPUs under CUDA_VISIBLE_DEVICES=0,0; torch's own reading of the
+variable, ``_parse_visible_devices`` in torch/cuda/__init__.py, says "Repeated ordinal
+results in empty set" and, for UUIDs, "Repeated id results in empty set").
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ class Visibility:
     indices: List[int]  # driver indices the process will see, in order
     invalid: List[str] = field(default_factory=list)  # entries the runtime cannot resolve
     dropped: List[str] = field(default_factory=list)  # valid-looking entries after the first invalid one
-    duplicates: List[str] = field(default_factory=list)
+    duplicates: List[str] = field(default_factory=list)  # entries naming a GPU already named (before any invalid one)
 
 
 def resolve(value: Optional[str], uuids: Sequence[Optional[str]]) -> Visibility:
@@ -46,6 +50,8 @@ def resolve(value: Optional[str], uuids: Sequence[Optional[str]]) -> Visibility:
             vis.duplicates.append(entry)
             continue
         seen.append(index)
+    if vis.duplicates:
+        vis.indices = []  # a repeated GPU empties the whole set (see the module docstring)
     return vis
 
 

@@ -347,8 +347,10 @@ def cuda_visible_devices_invalid(snap):
     ## Why
     The CUDA runtime reads the list left to right and stops at the first entry it cannot
     resolve, silently dropping everything after it: `CUDA_VISIBLE_DEVICES=0,4,1` on a
-    4-GPU machine gives one GPU, not two. An empty value hides every GPU, and the program
-    then reports "no CUDA GPUs are available" or falls back to CPU.
+    4-GPU machine gives one GPU, not two. An empty value hides every GPU, and so does a GPU
+    named twice: `CUDA_VISIBLE_DEVICES=0,0` gives 0 devices, not one (measured on an H200:
+    torch.cuda.device_count() is 0). The program then reports "no CUDA GPUs are available"
+    or falls back to CPU, so both block `check` and `preflight`.
 
     ## Fix
     Set it to indices below the GPU count or to GPU UUIDs from `nvidia-smi -L`.
@@ -356,6 +358,10 @@ def cuda_visible_devices_invalid(snap):
     ## References
     - CUDA C++ Programming Guide, "CUDA Environment Variables" (CUDA_VISIBLE_DEVICES).
     - https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-variables.html
+      ("If the variable is set to an empty string, no GPU devices are visible").
+    - torch's reading of the variable, which mirrors the runtime's: "Repeated ordinal results
+      in empty set", `_parse_visible_devices` in
+      https://github.com/pytorch/pytorch/blob/main/torch/cuda/__init__.py
     """
     env = snap.value("env", {}) or {}
     value = env.get("CUDA_VISIBLE_DEVICES")
@@ -382,10 +388,15 @@ def cuda_visible_devices_invalid(snap):
             evidence,
             fix,
         )
-    if not vis.indices and indices:
-        return Fail("CUDA_VISIBLE_DEVICES is empty: no GPU is visible to CUDA programs", evidence, fix, severity=WARNING)
     if vis.duplicates:
-        return Fail(f"CUDA_VISIBLE_DEVICES={value!r} names a GPU twice ({', '.join(vis.duplicates)})", evidence, fix, severity=WARNING)
+        return Fail(
+            f"CUDA_VISIBLE_DEVICES={value!r} names a GPU twice ({', '.join(vis.duplicates)}): "
+            "CUDA then sees no GPU at all (0 devices)",
+            evidence,
+            fix,
+        )
+    if not vis.indices and indices:
+        return Fail("CUDA_VISIBLE_DEVICES is empty: CUDA programs see no GPU (0 devices)", evidence, fix)
     return None
 
 

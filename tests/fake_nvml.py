@@ -47,6 +47,31 @@ def _section(text: str, name: str) -> str:
     return text[start:] if end < 0 else text[start:end]
 
 
+def _topo_matrix(text: str) -> Dict[str, Any]:
+    """``nvidia-smi topo -m`` as recorded: {"cpu": {gpu: cpulist}, "links": {"0-1": "NV18"}}."""
+    rows = [line.split("\t") for line in text.splitlines() if line.startswith("GPU")]
+    out: Dict[str, Any] = {"cpu": {}, "links": {}}
+    for row in rows:
+        cells = [c.strip() for c in row]
+        me = int(cells[0][3:])
+        count = len(rows)
+        for other, cell in enumerate(cells[1:1 + count]):
+            if other != me:
+                out["links"][f"{min(me, other)}-{max(me, other)}"] = cell
+        out["cpu"][me] = cells[1 + count]
+    return out
+
+
+def _affinity_words(cpus: str) -> List[int]:
+    """A cpulist ("0-31") as NVML's affinity words (64 bits each)."""
+    bits = 0
+    for part in cpus.split(","):
+        low, _, high = part.partition("-")
+        for cpu in range(int(low), int(high or low) + 1):
+            bits |= 1 << cpu
+    return [(bits >> (64 * w)) & ((1 << 64) - 1) for w in range(16)]
+
+
 def h200() -> Dict[str, Any]:
     """The 1-GPU H200 (driver 580.159.04), from capture.log's ``===== nvml`` JSON.
 
@@ -60,19 +85,36 @@ def h200() -> Dict[str, Any]:
     multi = h200x2()
     gpu = tape["gpus"][0]
     gpu["mem"] = dict(multi["gpus"][0]["mem"])
+    # h200/fabric (the same VM type): nvmlDeviceGetCpuAffinity answered; topo -m "CPU Affinity 0-15".
+    gpu["cpu_affinity"] = _affinity_words("0-15")
     return tape
 
 
 def h200x2() -> Dict[str, Any]:
-    """The 2-GPU H200 host with NVLink, from nvml-multi.json (fields it lacks answer NotSupported)."""
+    """The 2-GPU H200 host with NVLink, from nvml-multi.json (fields it lacks answer NotSupported).
+
+    Its ``p2p`` map is nvmlDeviceGetTopologyCommonAncestor (30: host bridge); its ``numa`` null is
+    the call failing (NotSupported, as on the 1-GPU H200: h200/fabric). From capture2.log's
+    ``topo -m`` (GPU0-GPU1 "NV18", CPU affinity 0-31): each active link's remote end is the other
+    GPU, and P2P read/write/NVLink/atomics answer OK (NVML's P2P status was not recorded there;
+    NV18 is what topo -m prints only for GPUs that reach each other over 18 NVLinks)."""
     raw = json.loads((GROUND / "h200x2" / "nvml-multi.json").read_text(encoding="utf-8"))
+    topo = _topo_matrix(_section((GROUND / "h200x2" / "capture2.log").read_text(encoding="utf-8"), "topo"))
     gpus = []
+    buses = [gpu["pci"] for gpu in raw["gpus"]]
     for gpu in raw["gpus"]:
         used = gpu["mem_used"]
+        other = buses[1 - gpu["index"]]
         gpus.append({"name": gpu["name"], "uuid": gpu["uuid"], "cc": gpu["cc"], "pci": gpu["pci"],
                      "nvlink_active": gpu["nvlink_active"],
+                     "nvlink_remote": [other if active else None for active in gpu["nvlink_active"]],
+                     "cpu_affinity": _affinity_words(topo["cpu"][gpu["index"]]),
                      "mem": {"total": gpu["mem_total"], "used": used, "free": gpu["mem_free"]}})
-    return {"driver": raw["driver"], "cuda_driver": raw["cuda_driver"], "gpus": gpus}
+        if gpu["numa"] is not None:
+            gpus[-1]["numa"] = gpu["numa"]
+    p2p = {pair: {cap: 0 for cap in range(4)} for pair, link in topo["links"].items() if link.startswith("NV")}
+    return {"driver": raw["driver"], "cuda_driver": raw["cuda_driver"], "gpus": gpus,
+            "topology": dict(raw["p2p"]), "p2p_status": p2p}
 
 
 def h200_stale_process() -> Dict[str, Any]:
@@ -246,6 +288,44 @@ def module(tape: Dict[str, Any], v2_memory: bool = True, missing: tuple = ()) ->
         if link >= len(links):
             raise error("InvalidArgument")  # past the GPU's last link
         return answer(links[link])
+
+    @api
+    def nvmlDeviceGetNvLinkRemotePciInfo(h: _Handle, link: int):
+        info = real.nvmlPciInfo_t()
+        remote = gpu_key(h, "nvlink_remote")[link]
+        if remote is None:
+            raise error("InvalidArgument")
+        info.busId = answer(remote).encode()
+        return info
+
+    @api
+    def nvmlDeviceGetNumaNodeId(h: _Handle) -> int:
+        return gpu_key(h, "numa")
+
+    @api
+    def nvmlDeviceGetCpuAffinity(h: _Handle, words: int):
+        return (real.c_ulonglong * words)(*gpu_key(h, "cpu_affinity")[:words])
+
+    def pair_key(a: _Handle, b: _Handle) -> str:
+        if not state["init"]:
+            raise error("Uninitialized")
+        return f"{min(a.index, b.index)}-{max(a.index, b.index)}"
+
+    @api
+    def nvmlDeviceGetTopologyCommonAncestor(a: _Handle, b: _Handle) -> int:
+        key = pair_key(a, b)
+        if key not in tape.get("topology", {}):
+            raise error("NotSupported")  # the 1-GPU H200 (h200/fabric README), and (h, h) there
+        return answer(tape["topology"][key])
+
+    @api
+    def nvmlDeviceGetP2PStatus(a: _Handle, b: _Handle, index: int) -> int:
+        key = pair_key(a, b)
+        if a.index == b.index:
+            return 5  # NVML_P2P_STATUS_NOT_SUPPORTED: what the 1-GPU H200 answered for (h, h)
+        if key not in tape.get("p2p_status", {}):
+            raise error("NotSupported")
+        return answer(tape["p2p_status"][key][index])
 
     def processes(h: _Handle, key: str) -> List[Any]:
         out = []

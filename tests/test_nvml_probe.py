@@ -34,7 +34,9 @@ def test_replaying_the_h200_capture_gives_what_the_adapter_recorded_on_the_h200(
     got = {path: fact for path, fact in facts.items() if path in want}
     got.pop("gpu.0.uuid"), want.pop("gpu.0.uuid")
     assert got == want
-    assert set(facts) - set(want) - {"gpu.0.uuid"} == {"driver.library_path"}
+    # Read by the adapter since that recording (probes.nvml_links; tested against the tapes below).
+    later = {"gpu.0.numa_node", "gpu.0.cpu_affinity", "gpu.0.nvlink_links", "gpu.pairs"}
+    assert set(facts) - set(want) - {"gpu.0.uuid"} - later == {"driver.library_path"}
     # driver.library_path is read from this process's /proc/self/maps, not from NVML: on a GPU host the real
     # libnvidia-ml may be mapped (an earlier test loaded it), elsewhere nothing is.
     mapped = nvml.loaded_library_path()
@@ -181,3 +183,46 @@ def test_non_nvml_exceptions_and_the_loaded_library(tmp_path):
     maps.write_text("7f00-7f01 r-xp 00000000 08:01 42   /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.159.04\n")
     assert nvml.loaded_library_path(str(maps)) == "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.159.04"
     assert nvml.loaded_library_path(str(tmp_path / "absent")) is None
+
+
+# --- how the GPUs reach each other (probes.nvml_links) ------------------------------------------
+def test_the_h200_topology_is_what_nvidia_smi_topo_printed_there(fake_nvml_module):
+    """ground_truth/h200/fabric: topo -m "CPU Affinity 0-15", "GPU NUMA ID N/A", no NVLink, one GPU."""
+    fake_nvml_module(fake_nvml.h200())
+    facts = nvml.collect()
+    assert facts["gpu.0.cpu_affinity"].value == "0-15"
+    assert facts["gpu.0.numa_node"].status == "not_supported"
+    assert facts["gpu.0.nvlink_links"].status == "not_supported"
+    assert facts["gpu.pairs"].ok and facts["gpu.pairs"].value == {}
+
+
+def test_the_two_h200s_are_nv18_as_topo_m_printed(fake_nvml_module):
+    """ground_truth/h200x2/capture2.log: GPU0-GPU1 "NV18", CPU affinity 0-31; NVML's common ancestor 30 (PHB)."""
+    fake_nvml_module(fake_nvml.h200x2())
+    facts = nvml.collect()
+    pair = facts["gpu.pairs"].value["0-1"]
+    assert pair == {"level": "PHB", "nvlinks": 18, "connection": "NV18",
+                    "p2p": {"read": "OK", "write": "OK", "nvlink": "OK", "atomics": "OK"}}
+    assert facts["gpu.1.cpu_affinity"].value == "0-31"
+    links = facts["gpu.0.nvlink_links"].value
+    assert len(links) == 18 and all(link["active"] and link["remote"] == "0000:00:07.0" for link in links)
+
+
+def test_p2p_failures_and_a_down_link_are_facts(fake_nvml_module):
+    tape = fake_nvml.h200x2()
+    tape["p2p_status"]["0-1"] = {0: 3, 1: 3, 2: 5, 3: "ERR NVMLError_Unknown"}  # topology not supported
+    tape["gpus"][0]["nvlink_active"][5] = 0
+    fake_nvml_module(tape)
+    facts = nvml.collect()
+    pair = facts["gpu.pairs"].value["0-1"]
+    assert pair["p2p"]["read"] == "TNS" and pair["p2p"]["nvlink"] == "NS" and pair["p2p"]["atomics"].startswith("ERR ")
+    assert pair["nvlinks"] == 17 and pair["connection"] == "NV17"
+    assert [link["link"] for link in facts["gpu.0.nvlink_links"].value if not link["active"]] == [5]
+
+
+def test_cpulist_spelling():
+    from gpudoctor.probes.nvml_links import cpulist
+
+    assert cpulist([0xFFFF]) == "0-15"
+    assert cpulist([0b1011, 1]) == "0-1,3,64"
+    assert cpulist([0, 0]) == ""

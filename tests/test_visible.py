@@ -51,9 +51,16 @@ def test_ambiguous_prefix_is_invalid():
     assert (vis.indices, vis.invalid) == ([], ["GPU-"])
 
 
-def test_duplicates_are_listed_once():
-    vis = resolve("0,0,1", UUIDS)
-    assert (vis.indices, vis.duplicates) == ([0, 1], ["0"])
+def test_a_repeated_gpu_empties_the_set():
+    # torch.cuda.device_count() is 0 under CUDA_VISIBLE_DEVICES=0,0 (measured on an H200).
+    for text, repeated in (("0,0", ["0"]), ("0,1,0", ["0"]), (f"{UUIDS[1]},{UUIDS[1]}", [UUIDS[1]]), ("1," + UUIDS[1][:8], [UUIDS[1][:8]])):
+        vis = resolve(text, UUIDS)
+        assert (vis.indices, vis.duplicates) == ([], repeated), text
+
+
+def test_a_repeat_after_an_invalid_entry_is_never_read():
+    vis = resolve("0,9,0", UUIDS)
+    assert (vis.indices, vis.invalid, vis.dropped, vis.duplicates) == ([0], ["9"], ["0"], [])
 
 
 def test_non_ascii_digits_are_not_indices():

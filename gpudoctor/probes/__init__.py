@@ -70,7 +70,7 @@ class Context:
 
 # (fact prefix, module under gpudoctor/probes/); the snapshot lists them in this order.
 DEFAULT_PROBES = (("host", "host"), ("driver", "driver"), ("gpus", "gpus"), ("python", "pystack"), ("processes", "processes"),
-                  ("cuda", "cuda"), ("deep", "deep"))
+                  ("cuda", "cuda"), ("node", "node"), ("deep", "deep"))
 # Started first, one after the other, each as soon as its module is imported: the longest waits
 # of a check. python: a child interpreter (the kernel scan of a cold disk, in --python's or the
 # doctor's own environment), which its module's ``launch(ctx)`` starts before the other probes'

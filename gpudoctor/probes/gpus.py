@@ -27,6 +27,10 @@ def collect(ctx) -> Dict[str, Fact]:
         from gpudoctor.probes import nvml
 
         facts = nvml.collect()
+        if facts["driver.nvml"].ok:
+            from gpudoctor.probes import fabric
+
+            facts.update(fabric.collect(ctx, facts))  # NVSwitch machines only: a child, never this process
     if not facts["driver.nvml"].ok:
         if ctx.live:
             from gpudoctor.probes import nvidia_smi

@@ -16,6 +16,9 @@ Facts written (all with source "nvml"):
          memory_reserved, ecc_mode, ecc_uncorrected_volatile, remapped_rows, mig_mode,
          persistence_mode, compute_mode, throttle_reasons, pcie_gen_current, pcie_gen_max,
          pcie_width_current, pcie_width_max, nvlink_active, processes}
+  gpu.N.numa_node, gpu.N.cpu_affinity, gpu.N.nvlink_links, and gpu.pairs (P2P status and
+  topology level of every GPU pair): probes.nvml_links, NVML only (the nvidia-smi fallback
+  does not write them; the rules that read them say unknown)
   (processes: compute "C" and graphics "G" processes as {pid, used_memory, type})
 """
 
@@ -150,7 +153,23 @@ def _read_all(nv: Any) -> Dict[str, Fact]:
     facts["gpu.count"] = count
     for index in range(count.value if count.ok else 0):
         facts.update(_read_gpu(nv, index))
+    if count.ok:
+        facts["gpu.pairs"] = _pairs(nv, count.value, facts)
     return facts
+
+
+def _pairs(nv: Any, count: int, facts: Dict[str, Fact]) -> Fact:
+    """P2P status and topology of every GPU pair (probes.nvml_links), on the handles of this pass."""
+    from gpudoctor.probes import nvml_links
+
+    handles = {}
+    for index in range(count):
+        handle = _query(nv.nvmlDeviceGetHandleByIndex, index)
+        if handle.ok:
+            handles[index] = handle.value
+    buses = {i: facts[f"gpu.{i}.pci_bus_id"].value if facts.get(f"gpu.{i}.pci_bus_id", missing(ERROR, "")).ok else None for i in handles}
+    links = {i: facts[f"gpu.{i}.nvlink_links"] for i in handles if f"gpu.{i}.nvlink_links" in facts}
+    return nvml_links.pair_fact(nv, handles, buses, links, _query)
 
 
 def _read_gpu(nv: Any, index: int) -> Dict[str, Fact]:
@@ -185,6 +204,9 @@ def _read_gpu(nv: Any, index: int) -> Dict[str, Fact]:
     f["pcie_width_current"] = _query(nv.nvmlDeviceGetCurrPcieLinkWidth, h, convert=int)
     f["pcie_width_max"] = _query(nv.nvmlDeviceGetMaxPcieLinkWidth, h, convert=int)
     f["nvlink_active"] = _nvlink(nv, h)
+    from gpudoctor.probes import nvml_links
+
+    f.update(nvml_links.gpu_facts(nv, h, _query))  # NUMA node, CPU affinity, NVLink links and their remote ends
     f["processes"] = _all_processes(nv, h)
     return {prefix + key: fact for key, fact in f.items()}
 
@@ -244,3 +266,50 @@ def _processes(procs: Any, kind: str) -> List[Dict[str, Any]]:
         # NVML reports "not available" (e.g. no permission in a container) as a huge sentinel.
         out.append({"pid": int(proc.pid), "used_memory": int(used) if isinstance(used, int) and used < 1 << 62 else None, "type": kind})
     return out
+
+
+# --- the GPU fabric state, read in a child -------------------------------------------------------
+# nvmlDeviceGetGpuFabricInfoV through pynvml killed the calling Python with SIGSEGV on the real
+# H200 (driver 580.159.04; ground_truth/h200/fabric). So the doctor never calls it: probes.fabric
+# runs ``python -m gpudoctor.probes.nvml fabric`` under the deadline, and a crash there costs only
+# this fact. nvmlGpuFabricState_t: 0 not supported, 1 not started, 2 in progress, 3 completed.
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+
+
+def read_fabric() -> Dict[str, Any]:
+    """{index: {"state", "status" (nvmlReturn_t of the registration), "clique"} or {"error": name}}."""
+    import ctypes
+
+    from gpudoctor.probes import codecache
+
+    nv = codecache.import_module("pynvml")
+    nv.nvmlInit()
+    try:
+        out: Dict[str, Any] = {}
+        for index in range(nv.nvmlDeviceGetCount()):
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            info = nv.c_nvmlGpuFabricInfo_t()
+            try:
+                # pynvml hands the struct to C as given: pass a pointer (the version-less v1 call).
+                nv.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+            except Exception as exc:
+                code = getattr(exc, "value", None)
+                out[str(index)] = {"error": ERROR_NAMES.get(code, str(code)) if isinstance(code, int) else str(exc)}
+                continue
+            out[str(index)] = {"state": FABRIC_STATES.get(int(info.state), str(info.state)), "status": int(info.status),
+                               "status_name": "Success" if int(info.status) == 0 else ERROR_NAMES.get(int(info.status), str(info.status)),
+                               "clique": int(info.cliqueId)}
+        return out
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+
+
+if __name__ == "__main__":  # the child of probes.fabric
+    import json
+    import sys
+
+    if sys.argv[1:] == ["fabric"]:
+        print(json.dumps(read_fabric()))

@@ -136,8 +136,19 @@ CASES = [
     ),
     Case(
         "empty", "GD308", x2(env(CUDA_VISIBLE_DEVICES="")),
-        "fail", "warning", ("empty", "no GPU is visible"), ("env.CUDA_VISIBLE_DEVICES",), commands=("CUDA_VISIBLE_DEVICES=0,1",),
+        "fail", "error", ("empty", "see no GPU (0 devices)"), ("env.CUDA_VISIBLE_DEVICES",), commands=("CUDA_VISIBLE_DEVICES=0,1",),
     ),
+    Case(
+        # Measured on the 1-GPU H200: torch.cuda.device_count() is 0 under CUDA_VISIBLE_DEVICES=0,0.
+        "duplicate-on-one-gpu", "GD308", h200(env(CUDA_VISIBLE_DEVICES="0,0")),
+        "fail", "error", ("names a GPU twice (0)", "0 devices"), ("env.CUDA_VISIBLE_DEVICES",), commands=("CUDA_VISIBLE_DEVICES=0",),
+    ),
+    Case(
+        "duplicate-uuid", "GD308", x2(env(CUDA_VISIBLE_DEVICES=f"{H200X2_UUIDS[1]},{H200X2_UUIDS[1]}")),
+        "fail", "error", ("names a GPU twice", "0 devices"), ("env.CUDA_VISIBLE_DEVICES",),
+    ),
+    Case("duplicate-after-invalid-is-not-read", "GD308", x2(env(CUDA_VISIBLE_DEVICES="0,9,0")),
+         "fail", "error", ("'9' is not a GPU here", "will see 1 GPU(s)"), ("env.CUDA_VISIBLE_DEVICES",)),
     Case("uuid-prefix", "GD308", x2(env(CUDA_VISIBLE_DEVICES=H200X2_UUIDS[1][:12])), "pass"),
     Case("full-uuids", "GD308", x2(env(CUDA_VISIBLE_DEVICES=",".join(reversed(H200X2_UUIDS)))), "pass"),
     Case(
@@ -146,7 +157,7 @@ CASES = [
     ),
     Case(
         "duplicate", "GD308", x2(env(CUDA_VISIBLE_DEVICES="0,0")),
-        "fail", "warning", ("'0,0'", "names a GPU twice (0)"), ("env.CUDA_VISIBLE_DEVICES",),
+        "fail", "error", ("'0,0'", "names a GPU twice (0)", "sees no GPU at all"), ("env.CUDA_VISIBLE_DEVICES",),
     ),
     Case("mig-instance", "GD308", x2(env(CUDA_VISIBLE_DEVICES="MIG-4b5f1a4e-8f8c-5b2a-9a1e-000000000000")),
          "unknown", message=("MIG",)),

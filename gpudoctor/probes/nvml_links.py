@@ -1,0 +1,109 @@
+"""How the GPUs reach each other and the CPUs, read in the one NVML pass (probes.nvml calls these).
+
+This module never imports pynvml: probes.nvml hands it the module it loaded (``nv``) and its
+``query`` wrapper, so every NVMLError is a fact status and the adapter stays the only
+importer. What ``nvidia-smi topo -m`` and ``topo -p2p`` print, as facts:
+
+  gpu.N.numa_node      nvmlDeviceGetNumaNodeId (NotSupported in a VM: the H200's "GPU NUMA ID N/A")
+  gpu.N.cpu_affinity   nvmlDeviceGetCpuAffinity as a cpulist ("0-15"), topo -m's "CPU Affinity"
+  gpu.N.nvlink_links   per link: {"link", "active", "remote"}: the remote end's PCI bus id
+                       (nvmlDeviceGetNvLinkRemotePciInfo), so pairs count their links (topo -m "NV18")
+  gpu.pairs            {"0-1": {"level", "nvlinks", "connection", "p2p": {"read", "write", "nvlink",
+                       "atomics"}}}: nvmlDeviceGetTopologyCommonAncestor and nvmlDeviceGetP2PStatus,
+                       spelled as topo -m / topo -p2p spell them (PHB, NV18; OK, CNS, GNS, TNS, NS, U)
+
+NVML reference: https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html
+(nvmlGpuTopologyLevel_t, nvmlGpuP2PStatus_t, nvmlGpuP2PCapsIndex_t).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+from gpudoctor.snapshot import NOT_SUPPORTED, Fact, missing, ok
+
+SOURCE = "nvml"
+
+# nvmlGpuTopologyLevel_t -> nvidia-smi topo -m's word for it.
+TOPOLOGY_LEVELS = {0: "SAME_BOARD", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+# nvmlGpuP2PStatus_t -> nvidia-smi topo -p2p's legend (4, "disabled by regkey", has no letter there).
+P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DISABLED", 5: "NS", 6: "U"}
+# nvmlGpuP2PCapsIndex_t
+P2P_CAPS = (("read", 0), ("write", 1), ("nvlink", 2), ("atomics", 3))
+MAX_CPUS = 1024  # affinity words read: 16 x 64 bits
+
+
+def cpulist(words: List[int], bits: int = 64) -> str:
+    """Affinity bit words as the kernel's cpulist spelling ("0-15,32")."""
+    cpus = [w * bits + b for w, word in enumerate(words) for b in range(bits) if int(word) >> b & 1]
+    ranges: List[str] = []
+    start = prev = None
+    for cpu in cpus + [None]:
+        if start is not None and cpu == prev + 1:  # type: ignore[operator]
+            prev = cpu
+            continue
+        if start is not None:
+            ranges.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = cpu
+    return ",".join(ranges)
+
+
+def gpu_facts(nv: Any, h: Any, query: Callable[..., Fact]) -> Dict[str, Fact]:
+    """The per-GPU facts above (keys without the ``gpu.N.`` prefix)."""
+    f: Dict[str, Fact] = {}
+    f["numa_node"] = query(nv.nvmlDeviceGetNumaNodeId, h, convert=int) if hasattr(nv, "nvmlDeviceGetNumaNodeId") else \
+        missing(NOT_SUPPORTED, "this nvidia-ml-py has no nvmlDeviceGetNumaNodeId", SOURCE)
+    f["cpu_affinity"] = query(nv.nvmlDeviceGetCpuAffinity, h, MAX_CPUS // 64, convert=lambda words: cpulist(list(words)))
+    f["nvlink_links"] = _links(nv, h, query)
+    return f
+
+
+def _links(nv: Any, h: Any, query: Callable[..., Fact]) -> Fact:
+    links: List[Dict[str, Any]] = []
+    for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+        state = query(nv.nvmlDeviceGetNvLinkState, h, link)
+        if not state.ok:
+            if not links:  # the first link already fails: no NVLink here (the 1-GPU H200: NotSupported)
+                return state if state.status == NOT_SUPPORTED else missing(NOT_SUPPORTED, state.detail, SOURCE, value=state.value)
+            break  # past the GPU's last link
+        remote: Optional[str] = None
+        if state.value:
+            pci = query(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link, convert=lambda p: _bus(p.busId))
+            remote = pci.value if pci.ok else None
+        links.append({"link": link, "active": bool(state.value), "remote": remote})
+    return ok(links, SOURCE)
+
+
+def _bus(raw: Any) -> str:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return normal_bus_id(text)
+
+
+def normal_bus_id(text: str) -> str:
+    """"00000000:00:07.0" and "0000:00:07.0" name one device: keep the last 12 characters, lower case."""
+    return text.strip().lower()[-12:]
+
+
+def pair_fact(nv: Any, handles: Dict[int, Any], buses: Dict[int, Optional[str]], links: Dict[int, Fact],
+              query: Callable[..., Fact]) -> Fact:
+    """Every pair of GPUs: topology level, NVLink count, P2P status per capability."""
+    indices = sorted(handles)
+    pairs: Dict[str, Dict[str, Any]] = {}
+    for position, a in enumerate(indices):
+        for b in indices[position + 1:]:
+            pairs[f"{a}-{b}"] = _pair(nv, handles[a], handles[b], buses.get(b), links.get(a), query)
+    detail = "" if len(indices) > 1 else f"{len(indices)} GPU: no pair"
+    return ok(pairs, SOURCE, detail)
+
+
+def _pair(nv: Any, ha: Any, hb: Any, bus_b: Optional[str], links_a: Optional[Fact], query: Callable[..., Fact]) -> Dict[str, Any]:
+    level = query(nv.nvmlDeviceGetTopologyCommonAncestor, ha, hb, convert=lambda v: TOPOLOGY_LEVELS.get(int(v), str(v)))
+    p2p: Dict[str, str] = {}
+    for name, index in P2P_CAPS:
+        status = query(nv.nvmlDeviceGetP2PStatus, ha, hb, index, convert=lambda v: P2P_STATUS.get(int(v), str(v)))
+        p2p[name] = status.value if status.ok else f"ERR {status.detail}"
+    nvlinks: Optional[int] = None
+    if links_a is not None and links_a.ok and bus_b:
+        nvlinks = sum(1 for link in links_a.value if link["active"] and link["remote"] == normal_bus_id(bus_b))
+    connection = f"NV{nvlinks}" if nvlinks else (level.value if level.ok else None)
+    return {"level": level.value if level.ok else f"ERR {level.detail}", "nvlinks": nvlinks, "connection": connection, "p2p": p2p}
