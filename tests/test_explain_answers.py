@@ -232,9 +232,13 @@ def confirmed_causes(snapshot):
 
 def test_the_whole_corpus_on_the_recorded_h200_confirms_nothing():
     """The stock H200 as recorded by the coordinator's device run (every CUDA binary scanned): healthy,
-    so no real error text may be "confirmed" on it (run 2 found 9, all GD201's false error on cuFFT)."""
+    so no real error text may be "confirmed" on it (run 2 found 9, all GD201's false error on cuFFT) —
+    but for its one true finding: its hard open-files limit is 20000 (recorded since host.nofile), so a
+    server started there cannot raise its own to the 65535 vLLM and SGLang ask for (GD320)."""
     recorded = REPO / "tests" / "fixtures" / "snapshots" / "h200-every-cuda-binary.json"
-    assert confirmed_causes(Snapshot.load(str(recorded))) == set()
+    snapshot = Snapshot.load(str(recorded))
+    assert snapshot.facts["host.nofile"].value == {"soft": 20000, "hard": 20000}
+    assert confirmed_causes(snapshot) == {("open_files_limit", "GD320")}
 
 
 def test_on_a_machine_without_a_driver_only_driver_causes_are_confirmed():

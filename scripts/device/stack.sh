@@ -99,4 +99,9 @@ if ls "$R"/.whl/tv/*.whl >/dev/null 2>&1; then
   gd explain "$(tail -1 "$dir/import-tv.txt")" > "$dir/explain-tv.txt" 2>&1; log "explain (torchvision's error): exit $? $(grep -m1 -iE 'confirmed' "$dir/explain-tv.txt" | cut -c1-200)"
 fi
 "$py" -m pip uninstall -q -y abiold abinew > /dev/null 2>&1
+# Put the machine's own torchvision back (carried in .whl/tv-restore/), so a later step measures the stock stack.
+if ls "$R"/.whl/tv-restore/*.whl >/dev/null 2>&1; then
+  "$py" -m pip install -q --no-index --no-deps --force-reinstall "$R"/.whl/tv-restore/*.whl > "$dir/restore-tv.txt" 2>&1
+  log "torchvision restored: $("$py" -m pip show torchvision 2>/dev/null | grep ^Version)"
+fi
 log "done"
