@@ -488,19 +488,25 @@ def sparse_forms(items: Sequence[Tuple[str, str, str]]) -> Dict[str, Path]:
     return out
 
 
-def is_gpu_package(name: str) -> bool:
+# What a parser venv leaves out: the CUDA torch (CPU torch stands in) and what is built against it, and
+# NVIDIA's libraries and kernel data (GBs, loaded only by kernels). The rest goes in whole: the engines'
+# imports reach packages one would not guess (xgrammar imports apache-tvm-ffi when vLLM 0.33 builds its parser).
+_NOT_IN_PARSER = frozenset({"torch", "torchvision", "torchaudio", "flashinfer-cubin", "flashinfer-jit-cache"})
+
+
+def _left_out_of_parser(name: str) -> bool:
     name = canonical(name)
-    return name in GPU_PACKAGES or name.startswith(_GPU_PREFIXES)
+    return name in _NOT_IN_PARSER or name.startswith("nvidia-")
 
 
 def parser_venv(version: str, engine: str = "vllm", torch: str = "2.13.0") -> Path:
     """The engine's own Python, importable on a CPU (for its argument parser): what its closure lock
-    installs less the GPU stack (``is_gpu_package``), each wheel whole, with CPU torch in place of the
-    CUDA one. Exact versions, nothing resolved at test time. Its wheels are fetched for the build and
+    installs less CUDA torch and NVIDIA's libraries (``_left_out_of_parser``), each wheel whole, with CPU
+    torch in place of the CUDA one. Exact versions, nothing resolved at test time. Its wheels are fetched for the build and
     not kept (vLLM's parser loads vLLM's extensions, so the engine is whole too: ~2.5 GB of venv and
     1 GB of wheels a release): build it for one job and ``discard`` it after."""
     items = closure_lock(version, engine)
-    wanted = [item for item in items if not is_gpu_package(item[1].split("==")[0])]
+    wanted = [item for item in items if not _left_out_of_parser(item[1].split("==")[0])]
     base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     key_text = "\n".join([base, sys.version, "parser", f"torch=={torch}", *sorted(req for req, _, _ in items)])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
