@@ -159,7 +159,9 @@ def report(snapshot, rules, request, io: IO) -> int:
 
         io.stdout.write(ci.github(result, fail_on, None, redactor))
     else:
-        matrix.write_text(result, fail_on, request.verbose, stream_is_unicode(io.stdout), io.stdout,
+        from gpudoctor.render import fleet
+
+        fleet.write_text(result, fail_on, request.verbose, stream_is_unicode(io.stdout), io.stdout,
                           use_color(request.color, io.stdout, io.environ), redactor)
     from gpudoctor import verdict
 
