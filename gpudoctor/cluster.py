@@ -221,6 +221,27 @@ def from_files(paths: Sequence[str], plan: Optional[Dict[str, int]] = None,
     return merge(members, "files", plan, {"cluster": {"source": "files", "files": list(paths)}})
 
 
+def expand_paths(paths: Sequence[str]) -> List[str]:
+    """``--snapshot`` arguments as files: a directory gives its ``*.json`` files, a glob pattern
+    (``snaps/node*.json``) its matches, each sorted; anything else, and a directory or pattern that
+    matches nothing, stays as given (the loader then says why it cannot be read). A file is listed
+    once even when two arguments name it."""
+    import glob
+
+    out: List[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = sorted(os.path.join(path, name) for name in os.listdir(path)
+                           if name.endswith(".json") and os.path.isfile(os.path.join(path, name)))
+        elif not os.path.exists(path) and glob.has_magic(path):
+            found = sorted(p for p in glob.glob(path) if os.path.isfile(p))
+        else:
+            found = []
+        out.extend(found or [path])
+    seen = set()
+    return [p for p in out if not (p in seen or seen.add(p))]
+
+
 def _stem(path: str) -> str:
     base = os.path.basename(path.rstrip("/")) or path
     for suffix in (".snapshot.json", ".json"):

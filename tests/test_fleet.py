@@ -126,3 +126,30 @@ def test_cost_per_node_does_not_grow(tmp_path, count):
     gd("check", *_args(paths))
     per_node = (time.perf_counter() - start) / count
     assert per_node < 0.05, per_node  # measured 4-7 ms a node on a loaded 2-core box (was 26 ms at 256)
+
+
+def test_a_directory_or_a_glob_of_snapshots_is_a_fleet(tmp_path):
+    write_fleet(tmp_path, 14, {"node0003": _driver})
+    (tmp_path / "notes.txt").write_text("not a snapshot")
+    code, from_dir, _ = gd("check", "--snapshot", str(tmp_path))
+    assert "14 nodes via files: 14 ok" in from_dir and "570.86.15 on node0003" in from_dir
+    _, from_glob, _ = gd("check", "--snapshot", str(tmp_path / "node000*.json"), "--snapshot", str(tmp_path / "node0013.json"))
+    assert "11 nodes via files: 11 ok" in from_glob and "570.86.15 on node0003" in from_glob
+    _, cluster_cmd, _ = gd("cluster", "--snapshot", str(tmp_path))
+    assert "14 nodes via files" in cluster_cmd
+
+
+def test_expand_paths_keeps_what_matches_nothing(tmp_path):
+    (tmp_path / "b.json").write_text("{}")
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / "sub").mkdir()
+    assert cluster.expand_paths([str(tmp_path)]) == [str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    assert cluster.expand_paths([str(tmp_path / "*.json"), str(tmp_path / "a.json")]) == [str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    assert cluster.expand_paths([str(tmp_path / "sub")]) == [str(tmp_path / "sub")]
+    assert cluster.expand_paths([str(tmp_path / "none*.json")]) == [str(tmp_path / "none*.json")]
+
+
+def test_one_snapshot_in_a_directory_is_the_single_node_path(tmp_path):
+    write_fleet(tmp_path, 1)
+    _, out, _ = gd("check", "--snapshot", str(tmp_path))
+    assert "cluster of" not in out

@@ -35,8 +35,8 @@ def configure(parser) -> None:
                         help=f"per node: how long to wait for its answer (default {DEFAULT_TIMEOUT:g} s)")
     parser.add_argument("--address", default="auto", metavar="auto|HOST:PORT",
                         help="the Ray cluster (default auto: RAY_ADDRESS, else the cluster started on this machine)")
-    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE",
-                        help="instead of Ray, read one snapshot file per node (repeat it; from `gpudoctor snapshot`)")
+    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE|DIR",
+                        help="instead of Ray, read one snapshot file per node (repeat it, or give a directory or a glob of them; from `gpudoctor snapshot`)")
     parser.add_argument("-tp", "--tensor-parallel-size", type=int, metavar="N", help="the planned tensor parallel size (checked against the GPUs)")
     parser.add_argument("-pp", "--pipeline-parallel-size", type=int, metavar="N", help="the planned pipeline parallel size")
     parser.add_argument("--python", metavar="PY", help="on every node, inspect this interpreter's environment (the venv vLLM lives in)")

@@ -35,8 +35,8 @@ def configure(parser) -> None:
     parser.add_argument("--bundle", action="store_true", help="also write a .tar.gz with the report, snapshot, log excerpt and nvidia-smi -q")
     parser.add_argument("--no-redact", action="store_true", help="do not scrub secrets (the environment allowlist still applies)")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs")
-    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE",
-                        help="report on a saved snapshot instead of probing this machine; repeat it (one file per node) "
+    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE|DIR",
+                        help="report on a saved snapshot instead of probing this machine; repeat it (one file per node), give a directory or a glob of them, "
                              "or give a file saved by `gpudoctor cluster --save` for one report covering a cluster")
     parser.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
                         help="lowest level that counts as blocking (default: error; unknown: also rules that could not decide)")
