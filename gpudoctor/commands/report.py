@@ -153,8 +153,8 @@ def _cluster_report(snapshot, args, output, io: IO) -> int:
     result = evaluate(snapshot, registry.load_rules())
     redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, secrets=not args.no_redact, environ=io.environ)
     if args.format == "json":
-        text = redactor(json.dumps(redactor.data(matrix.document(result, args.fail_on), strings=False), indent=1,
-                                   sort_keys=True, default=str, ensure_ascii=False)) + "\n"
+        text = redactor.json_text(json.dumps(redactor.data(matrix.document(result, args.fail_on), strings=False), indent=1,
+                                             sort_keys=True, default=str, ensure_ascii=False)) + "\n"
     else:
         text = redactor(matrix.markdown(result, args.fail_on, redactor)
                         + "\n<details><summary>cluster snapshot.json</summary>\n\n```json\n"
