@@ -12,8 +12,8 @@ def configure(parser) -> None:
     add_probe_options(parser)
     from gpudoctor.commands.common import SnapshotFiles
 
-    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE",
-                        help="replay a snapshot saved by `gpudoctor snapshot` instead of probing; repeat it (one file per node) to check a cluster")
+    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE|DIR",
+                        help="replay a snapshot saved by `gpudoctor snapshot` instead of probing; repeat it (one file per node), or give a directory or a glob of them, to check a cluster")
     parser.add_argument("--select", action="append", metavar="IDS", help="only these rules: IDs, prefixes (GD1), names or areas; comma-separated")
     parser.add_argument("--ignore", action="append", metavar="IDS", help="skip these rules (same forms as --select)")
     parser.add_argument("--format", choices=FORMATS, default="text",

@@ -35,8 +35,8 @@ def configure(parser) -> None:
                         help=f"per node: how long to wait for its answer (default {DEFAULT_TIMEOUT:g} s)")
     parser.add_argument("--address", default="auto", metavar="auto|HOST:PORT",
                         help="the Ray cluster (default auto: RAY_ADDRESS, else the cluster started on this machine)")
-    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE",
-                        help="instead of Ray, read one snapshot file per node (repeat it; from `gpudoctor snapshot`)")
+    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE|DIR",
+                        help="instead of Ray, read one snapshot file per node (repeat it, or give a directory or a glob of them; from `gpudoctor snapshot`)")
     parser.add_argument("-tp", "--tensor-parallel-size", type=int, metavar="N", help="the planned tensor parallel size (checked against the GPUs)")
     parser.add_argument("-pp", "--pipeline-parallel-size", type=int, metavar="N", help="the planned pipeline parallel size")
     parser.add_argument("--python", metavar="PY", help="on every node, inspect this interpreter's environment (the venv vLLM lives in)")
@@ -159,7 +159,9 @@ def report(snapshot, rules, request, io: IO) -> int:
 
         io.stdout.write(ci.github(result, fail_on, None, redactor))
     else:
-        matrix.write_text(result, fail_on, request.verbose, stream_is_unicode(io.stdout), io.stdout,
+        from gpudoctor.render import fleet
+
+        fleet.write_text(result, fail_on, request.verbose, stream_is_unicode(io.stdout), io.stdout,
                           use_color(request.color, io.stdout, io.environ), redactor)
     from gpudoctor import verdict
 

@@ -59,7 +59,14 @@ class Request:
             if values.get(name) is not None:
                 values[name] = tuple(values[name])
         snapshot = values.get("snapshot")
-        values["snapshots"] = tuple(given.get("snapshots") or ([snapshot] if snapshot else []))
+        if snapshot or given.get("snapshots"):
+            from gpudoctor.cluster import expand_paths
+
+            # A directory or a glob of snapshots (one file per node: the fleet path) is its files.
+            files = expand_paths(given.get("snapshots") or [snapshot])
+            values["snapshots"], values["snapshot"] = tuple(files), files[0]
+        else:
+            values["snapshots"] = ()
         return cls(**values)
 
 

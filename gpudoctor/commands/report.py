@@ -35,8 +35,8 @@ def configure(parser) -> None:
     parser.add_argument("--bundle", action="store_true", help="also write a .tar.gz with the report, snapshot, log excerpt and nvidia-smi -q")
     parser.add_argument("--no-redact", action="store_true", help="do not scrub secrets (the environment allowlist still applies)")
     parser.add_argument("--anonymize", action="store_true", help="also hash hostname, user name, home paths and GPU UUIDs")
-    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE",
-                        help="report on a saved snapshot instead of probing this machine; repeat it (one file per node) "
+    parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE|DIR",
+                        help="report on a saved snapshot instead of probing this machine; repeat it (one file per node), give a directory or a glob of them, "
                              "or give a file saved by `gpudoctor cluster --save` for one report covering a cluster")
     parser.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
                         help="lowest level that counts as blocking (default: error; unknown: also rules that could not decide)")
@@ -153,8 +153,8 @@ def _cluster_report(snapshot, args, output, io: IO) -> int:
     result = evaluate(snapshot, registry.load_rules())
     redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, secrets=not args.no_redact, environ=io.environ)
     if args.format == "json":
-        text = redactor(json.dumps(redactor.data(matrix.document(result, args.fail_on), strings=False), indent=1,
-                                   sort_keys=True, default=str, ensure_ascii=False)) + "\n"
+        text = redactor.json_text(json.dumps(redactor.data(matrix.document(result, args.fail_on), strings=False), indent=1,
+                                             sort_keys=True, default=str, ensure_ascii=False)) + "\n"
     else:
         text = redactor(matrix.markdown(result, args.fail_on, redactor)
                         + "\n<details><summary>cluster snapshot.json</summary>\n\n```json\n"

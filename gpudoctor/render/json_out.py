@@ -34,4 +34,4 @@ def dumps(data: Dict[str, Any], redactor: Optional[Redactor] = None) -> str:
     """One JSON document, through the redaction pass (``redactor``: the run's policy)."""
     redactor = redactor or DEFAULT
     text = json.dumps(redactor.data(data, strings=False), indent=1, sort_keys=True, default=str, ensure_ascii=False)
-    return redactor(text) + "\n"
+    return redactor.json_text(text) + "\n"
