@@ -508,7 +508,7 @@ def parser_venv(version: str, engine: str = "vllm", torch: str = "2.13.0") -> Pa
     items = closure_lock(version, engine)
     wanted = [item for item in items if not _left_out_of_parser(item[1].split("==")[0])]
     base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-    key_text = "\n".join([base, sys.version, "parser", f"torch=={torch}", *sorted(req for req, _, _ in items)])
+    key_text = "\n".join([base, sys.version, "parser", f"torch=={torch}", *sorted(req for req, _, _ in wanted)])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     target = VENVS / f"parser-{engine}{version}-{key}"
     done = target / ".complete"
