@@ -28,7 +28,7 @@ from gpudoctor.engine import Result
 from gpudoctor.explain import Confirmation, Match, Text, natural_key
 from gpudoctor.render.values import show
 from gpudoctor.report_sections import (  # noqa: F401  (re-exported: the report's parts, by name)
-    _clip, _value, code, env_lines, fence, gpu_rows, plain, process_sections, table, version_rows,
+    _clip, _value, code, env_lines, escape_markdown, fence, gpu_rows, plain, process_sections, table, version_rows,
 )
 from gpudoctor.rule import AREAS, FAIL, SEVERITY_RANK, Finding
 from gpudoctor.snapshot import Fact, Snapshot
@@ -384,8 +384,9 @@ def _finding_md(finding: Finding) -> List[str]:
 
 
 def plain_paragraph(text: str) -> str:
-    """A paragraph of our own prose: HTML-escaped so a value in it cannot open a tag."""
-    return str(text).replace("<", "&lt;").replace(">", "&gt;")
+    """A paragraph of our own prose, shown as written: a value in it can neither open a tag nor
+    turn into emphasis or a link (escape_markdown)."""
+    return escape_markdown(text)
 
 
 def _signature_summary(m: Match, conf: Optional[Confirmation]) -> str:

@@ -7,6 +7,7 @@ gpudoctor/report.py puts these parts together (Markdown or JSON, within GitHub's
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gpudoctor.explain import describe_fact, natural_key, summary
@@ -54,11 +55,37 @@ def code(text: Any) -> str:
     return f"{ticks}{pad}{text}{pad}{ticks}".replace("|", "\\|")
 
 
+# GitHub's Markdown turns these into emphasis, links, strikethrough or entities: a value such as
+# ``protobuf!=6.30.*,!=6.31.*`` rendered as ``6.30.<em>,!=6.31.</em>`` (issue 31).
+# An underscore between two letters or digits never opens emphasis (CommonMark's flanking rules) and is
+# left as it is: escaping it would also hide a token (hf_…, sk_live_…) from the redaction pass that runs
+# over the finished Markdown.
+_MARKUP = re.compile(r"([\\*\[\]~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+_CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.S)
+
+
+def escape_markdown(text: Any) -> str:
+    """Text that GitHub's Markdown shows as written: emphasis, link, strikethrough and HTML characters
+    escaped; a `code span` of our own prose kept (inside one nothing is interpreted)."""
+    text = str(text)
+    out: List[str] = []
+    last = 0
+    for span in _CODE_SPAN.finditer(text):
+        out.append(_escape_prose(text[last:span.start()]))
+        out.append(span.group(0))
+        last = span.end()
+    out.append(_escape_prose(text[last:]))
+    return "".join(out)
+
+
+def _escape_prose(text: str) -> str:
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MARKUP.sub(r"\\\1", text)
+
+
 def plain(text: Any) -> str:
-    """Text for a table cell or a heading: no pipes, no newlines, no HTML."""
-    return (
-        str(text).replace("\n", " ").replace("|", "/").replace("<", "&lt;").replace(">", "&gt;").strip() or "—"
-    )
+    """Text for a table cell or a heading: no pipes, no newlines, no HTML, no Markdown markup."""
+    return escape_markdown(str(text).replace("\n", " ").replace("|", "/").strip()) or "—"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:

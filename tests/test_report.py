@@ -346,3 +346,26 @@ def test_report_module_is_usable_without_the_cli():
     md = report.to_markdown(rep)
     assert md.startswith("## gpudoctor report") and "**Nothing blocking**" in md
     assert report.to_json(rep)["verdict"]["blocking"] is False
+
+
+def test_every_value_renders_as_written_not_as_markdown():
+    """A specifier such as protobuf!=6.30.*,!=6.31.* rendered on GitHub as 6.30.<em>,!=6.31.</em> (issue 31):
+    the message, subject, fix and rule notes are escaped; a code span of our own prose stays code."""
+    from gpudoctor.engine import Result
+    from gpudoctor.rule import FAIL, Evidence, Finding, Fix, Outcome
+
+    snap = Snapshot.load(str(H200))
+    meta = registry.load_rules()[0]
+    spec = "protobuf!=6.30.*,!=6.31.*"
+    finding = Finding(meta.id, meta.name, "error", meta.area, meta.title,
+                      f"vllm requires {spec}; __init__ of [the] ~~module~~ & <b>",
+                      [Evidence("packages.dists.protobuf", spec)],
+                      Fix(f"install {spec}: `pip install \"{spec}\"`", [f"pip install '{spec}'"]), subject=f"needs {spec}")
+    rep = report.Report(Result(snap, [Outcome(meta, FAIL, [finding])]), "error", "test *run*", "now")
+    html = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(report.to_markdown(rep))
+    for literal in (f"vllm requires {spec}; __init__ of [the] ~~module~~ &amp; &lt;b&gt;",  # message
+                    f"needs {spec}",  # subject, in the heading
+                    f"install {spec}: <code>pip install &quot;{spec}&quot;</code>",  # fix: code span kept
+                    "test *run*"):  # the source line
+        assert literal in html, literal
+    assert "6.30.<em>" not in html and "<em>run</em>" not in html and "<s>" not in html and "<b>" not in html
