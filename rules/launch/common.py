@@ -78,24 +78,37 @@ def _config(snap, prefix: str = "model") -> Optional[Dict[str, Any]]:
 
 
 def _command_with(snap, flag: str, value: Any = None) -> str:
-    """The launch command with one flag set (replaced or appended; None: a switch), as a shell line."""
-    argv = list((snap.value("launch.command") or {}).get("argv") or [])
-    setting = [flag] if value is None else [flag, str(value)]
-    out: List[str] = []
-    i, replaced = 0, False
+    """The launch command with one flag set (None: a switch), as a shell line.
+
+    The flag is edited where the user typed it, in their spelling (``-tp 3`` becomes ``-tp 1``, not
+    ``-tp 3 --tensor-parallel-size 1``); earlier repeats go (argparse keeps the last); appended when absent.
+    """
+    command = snap.value("launch.command") or {}
+    argv = list(command.get("argv") or [])
+    aliases = command.get("aliases") or {}
+    spans: List[Tuple[int, int, str]] = []  # (start, end, spelling) of each occurrence of the flag
+    i = 0
     while i < len(argv):
         word = argv[i]
-        name = "--" + word[2:].split("=", 1)[0].replace("_", "-") if word.startswith("--") else word
+        typed = word.split("=", 1)[0]
+        if word.startswith("--"):
+            name = "--" + typed[2:].replace("_", "-")
+        else:
+            name = aliases.get(typed, typed) if isinstance(aliases, dict) else typed
         if name == flag:
-            out += setting
-            replaced = True
             takes_next = "=" not in word and i + 1 < len(argv) and not argv[i + 1].startswith("-")
-            i += 2 if takes_next and value is not None else 1
+            end = i + (2 if takes_next and value is not None else 1)
+            spans.append((i, end, typed))
+            i = end
             continue
-        out.append(word)
         i += 1
-    if not replaced:
-        out += setting
+    if not spans:
+        out = argv + ([flag] if value is None else [flag, str(value)])
+    else:
+        start, end, typed = spans[-1]
+        setting = [typed] if value is None else [typed, str(value)]
+        dropped = {k for s, e, _ in spans[:-1] for k in range(s, e)}
+        out = [w for k, w in enumerate(argv[:start]) if k not in dropped] + setting + argv[end:]
     return " ".join(shlex.quote(w) for w in out)
 
 

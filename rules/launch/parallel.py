@@ -43,10 +43,17 @@ def parallel_size_exceeds_gpus(snap):
     return Fail(
         f"TP {tp} × PP {pp}" + (f" × DP {dp}" if dp > 1 else "") + f" = {need} GPUs needed, {len(visible)} visible{seen}",
         [("launch.args.--tensor-parallel-size", tp), ("launch.args.--pipeline-parallel-size", pp), "gpu.count",
-         ("visible GPUs", visible)],
+         ("visible GPUs", _counted(visible))],
         Fix("Fit the parallel sizes to the visible GPUs, or make more GPUs visible.",
             [_command_with(snap, "--tensor-parallel-size", _largest_divisor_tp(snap, fit))]),
     )
+
+
+def _counted(indices: List[int]) -> str:
+    """``1 (index 0)``: the visible GPUs as a count with their indices (a bare ``0`` read as "no GPU")."""
+    if not indices:
+        return "0"
+    return f"{len(indices)} (ind{'ex' if len(indices) == 1 else 'ices'} {', '.join(str(i) for i in indices)})"
 
 
 def _largest_divisor_tp(snap, gpus: int) -> int:

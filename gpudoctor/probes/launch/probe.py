@@ -2,7 +2,8 @@
 
 Facts (source: the command, the model's files, the installed vLLM's source):
 
-  launch.command     {argv (secrets masked), source ("argv" or "FILE:LINE"), display}
+  launch.command     {argv (secrets masked), source ("argv" or "FILE:LINE"), display, aliases (short flag as
+                     typed -> its long name, so a fix edits the flag the user typed: `-tp 3` stays `-tp`)}
   launch.kind        vllm-serve | vllm-api-server | vllm-other | sglang-serve | sglang-other | other
   launch.sglang      {path, version, found_via, dist_info, flags, files} of the SGLang an sglang-serve command runs
   launch.env         NAME=value assignments before the command (and a script's exports)
@@ -239,7 +240,8 @@ def inspect_command(command: Command, environ: Dict[str, str], python: Optional[
         launch.notes.append(f"flags inside --config {typed['--config']} are not read: checks use the command line only")
 
     facts["launch.command"] = ok({"argv": _masked_argv(launch.exec_argv), "source": source,
-                                  "display": parser.display(_masked_argv(launch.exec_argv))}, source)
+                                  "display": parser.display(_masked_argv(launch.exec_argv)),
+                                  "aliases": _typed_aliases(launch.exec_argv, table)}, source)
     facts["launch.kind"] = ok(launch.kind, source)
     facts["launch.env"] = ok(_masked_env(launch.env), source)
     if kind_guess == "sglang-serve":
@@ -439,3 +441,16 @@ def exec_env(launch: "parser.Launch | Command", environ: Dict[str, str]) -> Dict
     env = dict(environ)
     env.update(launch.env)
     return env
+
+
+def _typed_aliases(argv: Sequence[str], table: parser.FlagTable) -> Dict[str, str]:
+    """{short flag as typed: its long name} for the short aliases in the command (``-tp`` -> ``--tensor-parallel-size``)."""
+    out: Dict[str, str] = {}
+    for word in argv:
+        if word.startswith("-") and not word.startswith("--") and len(word) > 1:
+            name = word.split("=", 1)[0]
+            long = table.canonical(name)
+            if long != name and long.startswith("--"):
+                out[name] = long
+    return out
+
