@@ -460,3 +460,12 @@ def test_gd723_custom_architecture_needs_trust_remote_code(world, tmp_path):
     passes(doc, "GD723")
     _, doc, _ = preflight(world, "--snapshot", H200, *serve(world, "small"))
     passes(doc, "GD723")
+
+
+def test_gd721_a_typo_gets_did_you_mean_not_another_vllm(world):
+    """issue 31: --tool-call-parser qwen3_coderr was answered "a vLLM that has qwen3_coderr"."""
+    _, doc, _ = preflight(world, "--snapshot", H200, *serve(world, "small", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coderr"))
+    (finding,) = fails(doc, "GD721")
+    assert "did you mean qwen3_coder?" in finding["message"]
+    assert finding["fix"]["summary"].startswith("Did you mean qwen3_coder?") and "a vLLM that has" not in finding["fix"]["summary"]
+    assert finding["fix"]["commands"][0].endswith("--tool-call-parser qwen3_coder")

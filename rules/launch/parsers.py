@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 from .common import _applies, _args, _command_with, _vllm_version
 
@@ -56,13 +58,17 @@ def parser_unknown(snap):
         if name in names:
             continue
         plugin = args.get(plugin_flag)
+        # A typo (qwen3_coderr) gets "did you mean qwen3_coder", not "a vLLM that has qwen3_coderr".
+        meant = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
         close = [n for n in names if n.startswith(name.split("_")[0])][:6]
-        hint = f" (similar: {', '.join(close)})" if close else ""
+        hint = f"; did you mean {meant[0]}?" if meant else f" (similar: {', '.join(close)})" if close else ""
+        fix = (Fix(f"Did you mean {meant[0]}? {flag} {meant[0]} is registered in this vLLM.", [_command_with(snap, flag, meant[0])])
+               if meant else Fix(f"Use a parser this vLLM has, or a vLLM that has {name}."))
         fails.append(Fail(
             f"{flag} {name}: {_vllm_version(snap)} has no such parser{hint}"
             + (f"; it may come from {plugin_flag} {plugin}, which gpudoctor cannot read" if plugin else ""),
             [(f"launch.args.{flag}", name), (fact_path, f"{len(names)} registered: {', '.join(names)}"[:400]), "launch.vllm"],
-            Fix(f"Use a parser this vLLM has, or a vLLM that has {name}."),
+            fix,
             subject=flag,
             # vLLM looks the tool-call parser up only with --enable-auto-tool-choice; without it
             # the name is ignored (api_server: `if args.enable_auto_tool_choice: … get_tool_parser`).
