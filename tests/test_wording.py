@@ -42,3 +42,15 @@ def test_the_tp_fix_edits_the_flag_the_user_typed():
     assert fix_of("vllm", "serve", "Qwen/Qwen3-8B", "-tp", "3", "--tensor-parallel-size", "2") == \
         "vllm serve Qwen/Qwen3-8B --tensor-parallel-size 1"
     assert fix_of("vllm", "serve", "Qwen/Qwen3-8B", "--tensor_parallel_size=2", "-tp", "3") == "vllm serve Qwen/Qwen3-8B -tp 1"
+
+
+def test_gd701_a_bad_integer_is_not_about_json_quoting():
+    """`--tensor-parallel-size two` was told to quote JSON, with int()'s own "invalid literal for int() with base 10"."""
+    (finding,) = findings("preflight", "--snapshot", H200, "--select", "GD701", "--format", "json",
+                          "--", "vllm", "serve", "Qwen/Qwen3-8B", "--tensor-parallel-size", "two")
+    assert "--tensor-parallel-size 'two': not a valid integer;" in finding["message"]
+    assert "invalid literal" not in finding["message"]
+    assert finding["fix"]["summary"] == "Give --tensor-parallel-size a valid integer."
+    (finding,) = findings("preflight", "--snapshot", H200, "--select", "GD701", "--format", "json",
+                          "--", "vllm", "serve", "Qwen/Qwen3-8B", "--speculative-config", "{method: ngram}")
+    assert "JSON in single quotes" in finding["fix"]["summary"]  # a JSON flag still gets the quoting advice

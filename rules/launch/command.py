@@ -58,9 +58,14 @@ def launch_command_invalid(snap):
         flag = item.get("flag") or "argument"
         value = item.get("value")
         shown = "" if value is None else f" {str(value)[:120]!r}"
-        fix = Fix("Correct the value (JSON in single quotes in a shell, or one key per flag).",
-                  ["--speculative-config '{\"method\": \"dflash\", \"model\": \"ORG/DRAFTER\", \"num_speculative_tokens\": 15}'"]
-                  if flag in ("--speculative-config", "-sc") else [])
+        problem = str(item.get("problem") or "")
+        if "JSON" in problem:
+            fix = Fix("Correct the value (JSON in single quotes in a shell, or one key per flag).",
+                      ["--speculative-config '{\"method\": \"dflash\", \"model\": \"ORG/DRAFTER\", \"num_speculative_tokens\": 15}'"]
+                      if flag in ("--speculative-config", "-sc") else [])
+        else:  # `--tensor-parallel-size two` is about the value, not about JSON quoting (issue 31)
+            kind = problem[len("not a valid "):].split(":")[0] if problem.startswith("not a valid ") else ""
+            fix = Fix(f"Give {flag} a valid {kind}." if kind else f"Correct the value of {flag} ({problem or 'see above'}).")
         fails.append(Fail(f"{flag}{shown}: {item.get('problem')}; vLLM refuses it before loading the model (a usage error, exit status 2, or a config validation error)",
                           [("launch.errors", item), "launch.command"], fix, subject=str(flag)))
     return fails

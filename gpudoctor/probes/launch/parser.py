@@ -426,7 +426,7 @@ def typed_options(launch: Launch, table: Optional[FlagTable] = None) -> Dict[str
             else:
                 out[name] = value
         except (ValueError, OverflowError) as exc:
-            problem = str(exc) if name in JSON_FLAGS else f"not a valid {_kind(name)}: {exc}"
+            problem = str(exc) if name in JSON_FLAGS else f"not a valid {_kind(name)}{_why(exc)}"
             launch.errors.append({"flag": name, "value": value, "problem": problem})
     if table is not None and table.combinations and not launch.errors:
         from gpudoctor.probes.launch import vllm_combinations
@@ -448,7 +448,7 @@ def _checked(launch: Launch, name: str, spec: Any, value: Any) -> Any:
             try:
                 result = vllm_values.convert(spec, str(item))
             except ValueError as exc:
-                launch.errors.append({"flag": name, "value": item, "problem": f"not a valid {_spec_kind(spec)}: {exc}"})
+                launch.errors.append({"flag": name, "value": item, "problem": f"not a valid {_spec_kind(spec)}{_why(exc)}"})
                 return value
         condition = getattr(spec, "condition", None)
         for problem in vllm_values.problems(spec, result, with_range=not condition):
@@ -478,6 +478,13 @@ def _conditional_range(launch: Launch, name: str, item: Any, spec: Any, result: 
     if meets is None:
         entry["condition"] = f"{condition.get('text')} ({condition.get('where')})"
     launch.errors.append(entry)
+
+
+def _why(exc: Exception) -> str:
+    """": reason" for a refused value; nothing for int()/float()'s own words ("invalid literal for int() with
+    base 10: 'two'"), which repeat the value and name Python internals."""
+    text = str(exc)
+    return "" if text.startswith(("invalid literal for", "could not convert")) else f": {text}"
 
 
 def _spec_kind(spec: Any) -> str:

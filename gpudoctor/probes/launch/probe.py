@@ -241,7 +241,7 @@ def inspect_command(command: Command, environ: Dict[str, str], python: Optional[
 
     facts["launch.command"] = ok({"argv": _masked_argv(launch.exec_argv), "source": source,
                                   "display": parser.display(_masked_argv(launch.exec_argv)),
-                                  "aliases": _typed_aliases(launch.exec_argv, table)}, source)
+                                  **_typed_aliases(launch.exec_argv, table)}, source)
     facts["launch.kind"] = ok(launch.kind, source)
     facts["launch.env"] = ok(_masked_env(launch.env), source)
     if kind_guess == "sglang-serve":
@@ -443,8 +443,9 @@ def exec_env(launch: "parser.Launch | Command", environ: Dict[str, str]) -> Dict
     return env
 
 
-def _typed_aliases(argv: Sequence[str], table: parser.FlagTable) -> Dict[str, str]:
-    """{short flag as typed: its long name} for the short aliases in the command (``-tp`` -> ``--tensor-parallel-size``)."""
+def _typed_aliases(argv: Sequence[str], table: parser.FlagTable) -> Dict[str, Dict[str, str]]:
+    """{"aliases": {short flag as typed: its long name}} for the short aliases in the command (``-tp`` ->
+    ``--tensor-parallel-size``); {} when there are none (evidence then shows no empty key)."""
     out: Dict[str, str] = {}
     for word in argv:
         if word.startswith("-") and not word.startswith("--") and len(word) > 1:
@@ -452,5 +453,5 @@ def _typed_aliases(argv: Sequence[str], table: parser.FlagTable) -> Dict[str, st
             long = table.canonical(name)
             if long != name and long.startswith("--"):
                 out[name] = long
-    return out
+    return {"aliases": out} if out else {}
 
