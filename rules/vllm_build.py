@@ -190,6 +190,8 @@ def vllm_pins_not_met(snap):
 def vllm_development_build(snap):
     """vLLM is a development build: a git branch or PR, an editable checkout, a nightly, or a dirty tree.
 
+    A release installed from a local wheel or archive (offline installs do exactly that) is a release.
+
     ## Why
     A vLLM installed from a branch, a PR ref (`pip install
     git+https://github.com/vllm-project/vllm@refs/pull/N/head`), an editable checkout or a
@@ -219,7 +221,9 @@ def vllm_development_build(snap):
     origin = info.get("origin")
     version = str(info.get("version"))
     notes = []
-    if origin == "index" and parts.get("release"):
+    # A release wheel installed from a file (an offline install: `pip install ./vllm-0.33.0-….whl`) is that
+    # release, not a development build (issue 31); a dev, nightly or precompiled version still is.
+    if origin in ("index", "archive") and parts.get("release") and not parts.get("precompiled"):
         return None
     if parts.get("dev") is not None:
         notes.append(f"{parts['dev']} commits after {parts.get('base')}" + (f" (commit {parts['commit']})" if parts.get("commit") else ""))

@@ -44,6 +44,16 @@ def from_git(s, tmp):
         "vcs_info": {"vcs": "git", "commit_id": SHA, "requested_revision": "refs/pull/40727/head"}}), encoding="utf-8")
 
 
+def from_a_local_file(version: str):
+    """pip install ./vllm-VERSION-….whl: PEP 610 archive_info with a file:// URL (an offline install)."""
+    def install(s, tmp):
+        info = vllm(s, version=version)
+        (info / "direct_url.json").write_text(json.dumps({
+            "url": f"file:///srv/wheels/vllm-{version}-cp38-abi3-manylinux_2_31_x86_64.whl",
+            "archive_info": {"hashes": {"sha256": "0" * 64}}}), encoding="utf-8")
+    return install
+
+
 def precompiled_checkout(kernel_change: bool):
     def install(s, tmp):
         checkout = make_checkout(tmp / "vllm")
@@ -62,6 +72,9 @@ CASES = [
          ("is built against torch==2.11.0 (2.10.0 is installed)",), subject="vllm", commands=("pip install --force-reinstall torch==2.11.0 --index-url https://download.pytorch.org/whl/cu",)),
     # GD511 vllm-development-build
     Case("pypi-release", "GD511", site(torch(), a_vllm(version="0.10.0")), "pass"),
+    Case("release-wheel-from-a-local-file", "GD511", site(torch(), from_a_local_file("0.10.0")), "pass"),
+    Case("nightly-wheel-from-a-local-file", "GD511", site(torch(), from_a_local_file("0.11.1rc2.dev123+g2f3f441f8")), "fail", "info",
+         ("is from an archive file:///srv/wheels/",), subject="vllm"),
     Case("git-install-of-a-pull-request", "GD511", site(torch(), from_git), "fail", "info",
          ("is from git https://github.com/vllm-project/vllm.git @ refs/pull/40727/head",), subject="vllm"),
     # GD512 vllm-env-var-ignored
