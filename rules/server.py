@@ -654,6 +654,8 @@ def streamed_tool_call_broken(snap):
         return Fail(f"malformed streamed tool call: {value.get('reason')}", evidence, fix)
     if result == "unparsed_markup":
         return Fail("the streamed tool call stayed as text in content deltas (wrong or missing --tool-call-parser)", evidence, fix)
+    if result == "no_tool_call":  # nothing streamed to judge: a pass here read "✓ streamed tool call pass no_tool_call"
+        return NotApplicable("the model answered in prose without calling the tool, so no streamed call to check (GD807 judges that)")
     return None
 
 

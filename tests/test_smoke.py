@@ -218,6 +218,16 @@ def test_tool_call_problems(wire, mode, verdict_, code_, text):
     assert code == code_
 
 
+def test_a_model_that_answers_in_prose_does_not_pass_the_streamed_tool_call(wire):
+    """issue 31: the row read "✓ streamed tool call  pass  no_tool_call": nothing streamed was checked."""
+    wire.tool_mode = "prose"
+    _, out, _, _ = smoke("--url", wire.url)
+    row = next(line for line in out.splitlines() if "streamed tool call" in line)
+    assert "✓" not in row and "no_tool_call" not in row and "answered in prose" in row, row
+    tool_row = next(line for line in out.splitlines() if line.split("  ")[0].endswith(" tool call"))
+    assert "no_tool_call" not in tool_row and "no tool call" in tool_row, tool_row
+
+
 def test_tool_calls_not_supported_is_a_skip_with_the_reason(wire):
     wire.tool_mode = "unsupported"
     code, doc, _, _ = smoke_json("--url", wire.url)

@@ -139,7 +139,13 @@ def _tool(v: Dict[str, Any]) -> str:
     result = v.get("result")
     if result == "tool_call":
         return f"{v.get('name')}({_short_args(v.get('arguments'))}), finish_reason {v.get('finish_reason')}"
-    return f"{result}: {v.get('reason') or v.get('message') or ''}".rstrip(": ")
+    words = RESULT_WORDS.get(str(result), str(result).replace("_", " "))
+    return f"{words}: {v.get('reason') or v.get('message') or ''}".rstrip(": ")
+
+
+# The probe's result codes, as a reader says them (the row printed "no_tool_call").
+RESULT_WORDS = {"no_tool_call": "no tool call", "unparsed_markup": "tool call left as text", "malformed": "malformed tool call",
+                "not_supported": "tools not supported"}
 
 
 def _tool_stream(v: Dict[str, Any]) -> str:

@@ -98,6 +98,7 @@ CASES = [
     Case("streamed-tool-call", "GD812", HEALTHY, "pass"),
     Case("streamed-arguments-not-json", "GD812", smoke(tool_mode="bad_args"), "fail", "error", ("do not join into JSON",)),
     Case("no-tools-on-server", "GD812", smoke(tool_mode="unsupported"), "not_applicable"),
+    Case("model-answered-in-prose", "GD812", smoke(tool_mode="prose"), "not_applicable", message=("answered in prose",)),
     # GD813 long-context-fails (--long)
     Case("long-not-asked", "GD813", HEALTHY, "not_applicable"),
     Case("long-context-recalled", "GD813", smoke("--long"), "pass"),
