@@ -73,6 +73,15 @@ def test_github_annotations():
     assert lines[-1].startswith("Summary: 1 error, 1 warning")
 
 
+def test_github_notice_counts_one_rule_in_the_singular():
+    """issue 31: `--format github` printed "1 rules could not decide"."""
+    lines = gd("check", "--snapshot", STALE, "--format", "github").stdout.splitlines()
+    notices = [line for line in lines if line.startswith("::notice ")]
+    assert any("::1 rule could not decide: " in line for line in notices), notices
+    assert not any("::1 rules " in line for line in notices)
+    assert any("::5 rules could not decide: " in line for line in notices), notices
+
+
 def test_github_annotation_escaping():
     from gpudoctor.render.ci import _data, _prop
 

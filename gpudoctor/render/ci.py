@@ -135,7 +135,8 @@ def github(result: Any, fail_on: str, file: Optional[str] = None, redactor: Opti
     for gap in verdict.gaps:
         level = "error" if fail_on == UNKNOWN else "notice"
         title = _prop(f"{area_title(gap.area)}: not checked")
-        out.append(f"::{level} {where}title={title}::{_data(f'{gap.count} rules could not decide: {gap.line()}')}")
+        rules = f"{gap.count} rule" + ("s" if gap.count != 1 else "")  # "1 rules" read wrong (issue 31)
+        out.append(f"::{level} {where}title={title}::{_data(f'{rules} could not decide: {gap.line()}')}")
     for note in result.notes:
         out.append(f"::warning {where}title={_prop('gpudoctor')}::{_data(note)}")
     summary = [("Summary: ", ""), (", ".join(verdict.count_parts()), ""), (f" — {verdict.sentence}", "")]
