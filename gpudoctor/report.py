@@ -31,7 +31,7 @@ from gpudoctor.report_sections import (  # noqa: F401  (re-exported: the report'
     _clip, _value, code, env_lines, escape_markdown, fence, gpu_rows, plain, process_sections, table, version_rows,
 )
 from gpudoctor.rule import AREAS, FAIL, SEVERITY_RANK, Finding
-from gpudoctor.snapshot import Fact, Snapshot
+from gpudoctor.snapshot import Fact, Snapshot, captured_at
 
 SCHEMA_VERSION = 1
 LOG_LINES = 200  # lines of the log shown in the report
@@ -93,9 +93,10 @@ class Report:
     result: Result
     fail_on: str
     source: str  # "this machine" or "snapshot FILE"
-    generated: str
+    generated: str  # when this report was made
     log: Optional[LogExcerpt] = None
     smoke: Smoke = field(default_factory=lambda: Smoke(False))
+    captured: str = ""  # when its snapshot was captured ("" : the snapshot records no time)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -126,7 +127,16 @@ def build(
         merge(snapshot, smoke.facts)
     result = run_rules(snapshot, rules)
     log = read_log(log_path, snapshot, log_lines, confirm, scrub) if log_path else None
-    return Report(result, fail_on, source, time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), log, smoke)
+    return Report(result, fail_on, source, time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), log, smoke,
+                  captured_at(snapshot) or "")
+
+
+def when(report: Report) -> str:
+    """The report's time: the snapshot's capture time (`report --snapshot` made later must not stamp
+    the current one, issue 31), or the report's own with a word that the snapshot records none."""
+    if report.captured:
+        return f"captured {report.captured}"
+    return f"report made {report.generated}; the snapshot records no capture time"
 
 
 def read_log(
@@ -208,7 +218,7 @@ def to_markdown(report: Report, snapshot_note: str = "", limit: int = ISSUE_LIMI
     top: List[str] = [
         "## gpudoctor report",
         "",
-        f"_gpudoctor {__version__} · {plain(report.source)} · {report.generated} · {plain(context(snap))}_",
+        f"_gpudoctor {__version__} · {plain(report.source)} · {plain(when(report))} · {plain(context(snap))}_",
         "",
         "### Verdict",
         "",
@@ -468,6 +478,7 @@ def to_json(report: Report) -> Dict[str, Any]:
         "kind": "gpudoctor.report",
         "tool": {"name": "gpudoctor", "version": __version__},
         "generated": report.generated,
+        "captured": report.captured or None,
         "source": report.source,
         "verdict": {
             "blocking": bool(report.blocking),

@@ -1,6 +1,7 @@
 """Facts and the Snapshot: the seam between probes and rules.
 
-A snapshot is plain JSON: ``{"schema_version": N, "meta": {...}, "facts": {path: fact}}``.
+A snapshot is plain JSON: ``{"schema_version": N, "meta": {...}, "facts": {path: fact}}``; meta holds
+``captured_at`` (UTC, ISO 8601) so a report made later from the file carries the capture time.
 Fact paths are flat and dotted (``driver.version``, ``gpu.0.memory_total``) so that a
 snapshot diffs line by line and evidence can name exactly what it read.
 Every fact carries its status: "could not collect" loses the diagnosis, the reason is
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -74,6 +76,20 @@ def ok(value: Any, source: str = "", detail: str = "") -> Fact:
 
 def missing(status: str, detail: str = "", source: str = "", value: Any = None) -> Fact:
     return Fact(value, status, source, detail)
+
+
+def capture_stamp() -> str:
+    """The capture time a snapshot records in ``meta["captured_at"]``: UTC, ISO 8601, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def captured_at(snapshot: "Snapshot") -> Optional[str]:
+    """When ``snapshot`` was captured ("2026-12-04 07:16:00 UTC"), or None: an older snapshot records no
+    time, and a value that is not the stamp's shape (a hand-edited file) is not shown as one."""
+    text = snapshot.meta.get("captured_at")
+    if not isinstance(text, str) or not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", text):
+        return None
+    return text[:10] + " " + text[11:19] + " UTC"
 
 
 class SnapshotError(ValueError):

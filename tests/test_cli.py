@@ -391,6 +391,7 @@ def test_snapshot_file_is_private_and_replays_to_the_same_findings(tmp_path, liv
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     saved = json.loads(path.read_text(encoding="utf-8"))
     assert saved["schema_version"] == 1 and saved["facts"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", saved["meta"]["captured_at"])  # issue 31: the capture time
 
     _, live_doc, nvml = live
     replay = gd("check", "--snapshot", str(path), "--format", "json")

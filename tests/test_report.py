@@ -369,3 +369,17 @@ def test_every_value_renders_as_written_not_as_markdown():
                     "test *run*"):  # the source line
         assert literal in html, literal
     assert "6.30.<em>" not in html and "<em>run</em>" not in html and "<s>" not in html and "<b>" not in html
+
+
+def test_a_report_from_a_snapshot_carries_the_capture_time_not_the_current_one(tmp_path):
+    """issue 31: snapshots carried no capture time, so `report --snapshot` stamped the current one."""
+    data = json.loads(H200.read_text(encoding="utf-8"))
+    data["meta"]["captured_at"] = "2025-01-02T03:04:05Z"
+    path = tmp_path / "then.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    md = gd("report", "--snapshot", str(path)).stdout
+    assert "· captured 2025-01-02 03:04:05 UTC ·" in md.splitlines()[2]
+    doc = json.loads(gd("report", "--snapshot", str(path), "--format", "json").stdout)
+    assert doc["captured"] == "2025-01-02 03:04:05 UTC" and doc["generated"] != doc["captured"]
+    # an older snapshot without one says so instead of passing the current time off as the capture time
+    assert "the snapshot records no capture time" in gd("report", "--snapshot", str(H200)).stdout.splitlines()[2]

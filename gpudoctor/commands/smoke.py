@@ -113,11 +113,12 @@ def collect(opts, io: IO):
     """Run the smoke probe into a fresh Snapshot (for ``smoke``)."""
     from gpudoctor.probes import Context, merge
     from gpudoctor.probes import smoke
-    from gpudoctor.snapshot import Snapshot
+    from gpudoctor.snapshot import Snapshot, capture_stamp
 
     started = time.monotonic()
     facts = smoke.collect(Context(environ=io.environ, smoke=opts, progress=ProgressLine(io.stderr, io.environ)))
-    return merge(Snapshot(meta={"gpudoctor": __version__, "elapsed_s": round(time.monotonic() - started, 4)}), facts)
+    return merge(Snapshot(meta={"gpudoctor": __version__, "elapsed_s": round(time.monotonic() - started, 4),
+                                "captured_at": capture_stamp()}), facts)
 
 
 def add_smoke_facts(snapshot, args, io: IO) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from gpudoctor import runner
-from gpudoctor.snapshot import ERROR, OK, TIMEOUT, Fact, Snapshot
+from gpudoctor.snapshot import ERROR, OK, TIMEOUT, Fact, Snapshot, capture_stamp
 
 Probe = Callable[["Context"], Dict[str, Fact]]
 
@@ -186,6 +186,7 @@ class Running:
                 merge(snapshot, facts)
                 snapshot.facts[f"probe.{name}"] = Fact(round(elapsed, 4), OK, "gpudoctor")
         snapshot.meta["elapsed_s"] = round(time.monotonic() - self.started, 4)
+        snapshot.meta["captured_at"] = capture_stamp()
         return snapshot
 
 
