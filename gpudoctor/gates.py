@@ -80,6 +80,12 @@ def summary_lines(outcomes: Sequence, fail_on: str) -> List[str]:
     return lines
 
 
+def gpu_notes(snapshot) -> List[str]:
+    """Which memory size `--gpu A100` was judged with (a product made with several), said aloud."""
+    assumed = snapshot.meta.get("gpu_assumed")
+    return [str(assumed)] if assumed else []
+
+
 def preflight_notes(snapshot) -> List[str]:
     """A loud note when the launch command's flags could not be checked against any vLLM; for an SGLang
     command, what was checked and what not (printed, not only under -v)."""

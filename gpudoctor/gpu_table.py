@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from gpudoctor.knowledge.gpus import KNOWN_CCS, cc_for_name, family_for_cc, table_memory
+from gpudoctor.knowledge.gpus import KNOWN_CCS, cc_for_name, family_for_cc, table_memory, variant_memory
 
 EXAMPLES = "sm_80, sm_90a, 8.6, 86, A100, H100, \"RTX 4090\", 2xH100-80GB, 8xA100-40GB"
 
@@ -25,6 +25,7 @@ class GpuSpec:
     variant: str = ""  # "a" or "f" when the spec named an arch-specific target (sm_90a)
     count: int = 1  # `2xH100`: GPUs in the target machine
     memory: Optional[int] = None  # bytes per GPU (`-80GB`, or the product's table memory)
+    assumed: str = ""  # which memory size was assumed for a product made with several (`A100`), in words
 
     @property
     def sm(self) -> int:
@@ -70,6 +71,10 @@ def parse_spec(text: str) -> GpuSpec:
     found = _parse_one(spec)
     found.count = count
     found.memory = memory if memory is not None else table_memory(found.name)
+    if found.memory is None:  # `--gpu A100`: judged as one of its sizes, and said so (issue 31)
+        variant = variant_memory(found.name)
+        if variant is not None:
+            found.memory, found.assumed = variant[0], f"--gpu {text.strip()}: {variant[1]}"
     return found
 
 
@@ -112,9 +117,11 @@ def override_snapshot(snapshot, spec: GpuSpec, text: str) -> None:
         snapshot.facts[f"gpu.{index}.compute_capability"] = ok(spec.cc, source)
         if spec.memory is not None:
             # The target machine's GPUs, idle: all of the memory free, no other processes.
-            snapshot.facts[f"gpu.{index}.memory_total"] = ok(spec.memory, source)
+            snapshot.facts[f"gpu.{index}.memory_total"] = ok(spec.memory, source, spec.assumed)
             snapshot.facts[f"gpu.{index}.memory_free"] = ok(spec.memory, source, "assumed idle")
             snapshot.facts[f"gpu.{index}.memory_used"] = ok(0, source, "assumed idle")
             snapshot.facts[f"gpu.{index}.memory_reserved"] = ok(0, source, "assumed idle")
             snapshot.facts[f"gpu.{index}.processes"] = ok([], source, "assumed idle")
     snapshot.meta["gpu_override"] = text
+    if spec.assumed:
+        snapshot.meta["gpu_assumed"] = spec.assumed

@@ -21,13 +21,14 @@ GIB = 2**30
     ("8xA100-40GB", "8.0", 8, 40 * GIB),
     ("A100 80GB", "8.0", 1, 80 * GIB),
     ("H200", "9.0", 1, 143771 * 2**20),  # table memory (NVML's memory.total on a real H200)
-    ("A100", "8.0", 1, None),  # 40 or 80 GB: unknown
+    ("A100", "8.0", 1, 81920 * 2**20),  # 40 or 80 GB: judged as the 80 GB, and said so (issue 31)
     ("4 x L40S", "8.9", 4, 46068 * 2**20),
     ("sm_80", "8.0", 1, None),
 ])
 def test_parse_count_and_memory(text, cc, count, memory):
     spec = parse_spec(text)
     assert (spec.cc, spec.count, spec.memory) == (cc, count, memory)
+    assert bool(spec.assumed) == (text == "A100")  # a size is assumed (and said) only for a name made with several
 
 
 @pytest.mark.parametrize("text", ["0xH100", "2xH100-0GB", "2xFOO", "9000xH100"])
@@ -66,6 +67,8 @@ def test_memory_fit_runs_against_the_target_memory(world):
     assert outcomes["GD709"]["status"] == "fail"
     _, outcomes = preflight(world, "2xH100-80GB", "-tp", "2", "--max-model-len", "8192")
     assert outcomes["GD709"]["status"] == "pass" and outcomes["GD710"]["status"] in ("pass", "not_applicable")
-    # A100 without its size: the memory rules cannot decide.
+    # A100 without its size: judged as the larger board (never a false block on an 80 GB one), the 40 GB when given.
     _, outcomes = preflight(world, "A100", "--max-model-len", "8192")
-    assert outcomes["GD709"]["status"] == "unknown"
+    assert outcomes["GD709"]["status"] == "pass"
+    _, outcomes = preflight(world, "A100-40GB", "--max-model-len", "8192")
+    assert outcomes["GD709"]["status"] == "fail"

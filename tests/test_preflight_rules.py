@@ -222,6 +222,16 @@ def test_gd709_weights_larger_than_the_budget(world):
     passes(doc, "GD709")
 
 
+def test_gd709_a_gpu_name_without_memory_is_judged_with_its_table_memory_and_says_which(world):
+    """issue 31: `--gpu A100` judged memory as "not collected" and passed a model of any size."""
+    _, doc, _ = preflight(world, "--gpu", "A100", *serve(world, "qwen", "--max-model-len", "8192"))
+    passes(doc, "GD709")  # 45.4 GiB of weights in the 80 GB board's budget
+    assert "--gpu A100: judged as the A100 80 GB (the A100 is also made with 40 GB: --gpu A100-40GB judges that one)" in doc["notes"]
+    _, doc, _ = preflight(world, "--gpu", "A100-40GB", *serve(world, "qwen", "--max-model-len", "8192"))
+    assert "weights need about 45.4 GiB per GPU" in fails(doc, "GD709")[0]["message"]
+    assert not any("judged as the" in note for note in doc["notes"])  # the size was given: nothing assumed
+
+
 # --- GD710 ------------------------------------------------------------------------------------------------
 def test_gd710_kv_cache_for_the_full_context(world):
     # 1M tokens × 128 KiB per token = 128 GiB of KV cache next to 15 GiB of weights on a 140 GiB H200:

@@ -104,7 +104,9 @@ def run(args, io: IO) -> int:
     result = run_rules(snapshot, rules)
     from gpudoctor.registry import pack_notes
 
-    result.notes.extend(pack_notes())
+    from gpudoctor.gates import gpu_notes
+
+    result.notes.extend(gpu_notes(snapshot) + pack_notes())
     if request.verbose:
         for text in result.debug:
             io.stderr.write(text + "\n")

@@ -24,7 +24,7 @@ import sys
 
 from gpudoctor.commands.common import IO, UsageError, add_probe_options, probe, replay
 from gpudoctor.exitcodes import ExitCode
-from gpudoctor.gates import FAIL_ON_CHOICES, preflight_notes
+from gpudoctor.gates import FAIL_ON_CHOICES, gpu_notes, preflight_notes
 
 HELP = "check this machine and a launch command (`-- vllm serve MODEL …`) before starting it; --exec then starts it"
 FORMATS = ("text", "json", "markdown", "junit", "github")
@@ -102,7 +102,7 @@ def run(args, io: IO) -> int:
         snapshot = probe(request, io)
     overlay_launch(snapshot, read)  # the command's assignments over the machine's env, then its facts
     result = run_rules(snapshot, rules)
-    result.notes.extend(preflight_notes(snapshot))
+    result.notes.extend(gpu_notes(snapshot) + preflight_notes(snapshot))
     if inferred is not None:
         result.notes.append(f"checked the Python environment of {inferred[0]} ({inferred[1]}), where the command runs; "
                             "--python PY chooses another")

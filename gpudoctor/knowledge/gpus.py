@@ -63,8 +63,9 @@ def family_for_cc(cc: str) -> str:
 
 # Memory of the products whose name fixes it, in MiB as NVML reports memory.total on real boards
 # (H200 143771, H100 SXM 81559, L40S 46068: tests/fixtures/snapshots and shared/fixtures/public
-# nvidia-smi output; the others NVIDIA's product pages in GiB, rounded down). A100, A800, V100,
-# A30/A40 and B200 configurations differ: give the memory (`A100-80GB`) or it stays unknown.
+# nvidia-smi output; the others NVIDIA's product pages in GiB, rounded down). A100, A800 and V100
+# come in several sizes (VARIANT_MEMORY_MIB); A30/A40 and B200 configurations differ: give the memory
+# (`B200-180GB`) or it stays unknown.
 TABLE_MEMORY_MIB: Tuple[Tuple[str, int], ...] = (
     (r"\bGH200\b", 97871),
     (r"\bH200\b", 143771),
@@ -76,6 +77,30 @@ TABLE_MEMORY_MIB: Tuple[Tuple[str, int], ...] = (
     (r"\bT4\b", 15360),
     (r"RTX 4090", 24564),
 )
+
+
+# Products made with more than one memory size, in MiB as NVML reports memory.total, smallest first:
+# A100 / A800 40 GB 40960 and 80 GB 81920 (tests/fixtures/snapshots a100x2-40gb.json "NVIDIA
+# A100-PCIE-40GB", a100.json "NVIDIA A100-SXM4-80GB"; https://www.nvidia.com/en-us/data-center/a100/),
+# V100 16 and 32 GB (https://www.nvidia.com/en-us/data-center/v100/). A bare name (`--gpu A100`)
+# is judged with the largest: a fit judged against the smaller would block a correct launch on the
+# larger board, the worst kind of error; the assumption is said aloud (variant_memory's words).
+VARIANT_MEMORY_MIB: Tuple[Tuple[str, str, Tuple[int, ...]], ...] = (
+    (r"\bA100\b", "A100", (40960, 81920)),
+    (r"\bA800\b", "A800", (40960, 81920)),
+    (r"\bV100S?\b", "V100", (16384, 32768)),
+)
+
+
+def variant_memory(name: str) -> Optional[Tuple[int, str]]:
+    """(bytes assumed, what was assumed in words) for a product made with several memory sizes, or None."""
+    for pattern, product, sizes in VARIANT_MEMORY_MIB:
+        if re.search(pattern, name, re.I):
+            gbs = [f"{mib // 1024} GB" for mib in sizes]
+            others = " or ".join(gbs[:-1])
+            return sizes[-1] * 2**20, (f"judged as the {product} {gbs[-1]} (the {product} is also made with "
+                                        f"{others}: --gpu {product}-{gbs[0].replace(' ', '')} judges that one)")
+    return None
 
 
 def table_memory(name: str) -> Optional[int]:
