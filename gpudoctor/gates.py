@@ -80,6 +80,21 @@ def summary_lines(outcomes: Sequence, fail_on: str) -> List[str]:
     return lines
 
 
+def engine_notes(snapshot) -> List[str]:
+    """gpudoctor's own environment has no engine: say what was checked, and where the engines are."""
+    installed = snapshot.get("engines.installed")
+    if not installed.ok or installed.value or "engines.elsewhere" not in snapshot.facts:
+        return []
+    here = snapshot.value("python.executable") or "gpudoctor's own interpreter"
+    found = [e for e in snapshot.value("engines.elsewhere") or [] if isinstance(e, dict)]
+    if not found:
+        return [f"No inference engine in the environment checked ({here}), and none found on PATH or in a serving process: "
+                "point gpudoctor at the one you serve from with `gpudoctor check --python /path/to/venv/bin/python`."]
+    lines = [f"No inference engine in the environment checked ({here}: gpudoctor's own); found elsewhere:"]
+    lines += [f"  {e.get('engine')} in {e.get('python')} ({e.get('how')}): gpudoctor check --python {e.get('python')}" for e in found[:6]]
+    return lines
+
+
 def gpu_notes(snapshot) -> List[str]:
     """Which memory size `--gpu A100` was judged with (a product made with several), said aloud."""
     assumed = snapshot.meta.get("gpu_assumed")

@@ -88,6 +88,12 @@ def run(args, io: IO) -> int:
         loaded = []  # the rules load while the probes run
         snapshot = probe(request, io, meanwhile=lambda: loaded.append(_load_while_probing(request)))
         rules = loaded[0]
+    if not request.snapshot and not request.python:  # no engine here: name the interpreters that have one
+        from gpudoctor.probes import elsewhere
+
+        found = elsewhere.collect(snapshot, io.environ)
+        if found is not None:
+            snapshot.facts["engines.elsewhere"] = found
     if request.snapshot and not request.smoke:
         from gpudoctor.cluster import is_cluster
 
@@ -104,9 +110,9 @@ def run(args, io: IO) -> int:
     result = run_rules(snapshot, rules)
     from gpudoctor.registry import pack_notes
 
-    from gpudoctor.gates import gpu_notes
+    from gpudoctor.gates import engine_notes, gpu_notes
 
-    result.notes.extend(gpu_notes(snapshot) + pack_notes())
+    result.notes.extend(engine_notes(snapshot) + gpu_notes(snapshot) + pack_notes())
     if request.verbose:
         for text in result.debug:
             io.stderr.write(text + "\n")

@@ -122,6 +122,11 @@ def vllm(snap: Snapshot) -> str:
     requested = snap.value("python.requested")
     if requested:
         parts.append(f"in {requested}")
+    installed = snap.get("engines.installed")
+    if installed.ok and not installed.value and not requested:  # issue 31: say whose environment this is
+        found = [e for e in snap.value("engines.elsewhere") or [] if isinstance(e, dict)]
+        parts.insert(0, "no engine in gpudoctor's own environment" + (
+            f" ({found[0].get('engine')} in {found[0].get('python')}: --python {found[0].get('python')})" if found else ""))
     return ", ".join(parts)
 
 
