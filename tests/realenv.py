@@ -488,10 +488,11 @@ def sparse_forms(items: Sequence[Tuple[str, str, str]]) -> Dict[str, Path]:
     return out
 
 
-# What a parser venv leaves out: the CUDA torch (CPU torch stands in) and what is built against it, and
-# NVIDIA's libraries and kernel data (GBs, loaded only by kernels). The rest goes in whole: the engines'
+# What a parser venv leaves out: the CUDA torch (CPU torch stands in) and what is built against it (an
+# import of torchcodec's CUDA build fails on libnvrtc, where its absence is an ImportError SGLang handles),
+# and NVIDIA's libraries and kernel data (GBs, loaded only by kernels). The rest goes in whole: the engines'
 # imports reach packages one would not guess (xgrammar imports apache-tvm-ffi when vLLM 0.33 builds its parser).
-_NOT_IN_PARSER = frozenset({"torch", "torchvision", "torchaudio", "flashinfer-cubin", "flashinfer-jit-cache"})
+_NOT_IN_PARSER = frozenset({"torch", "torchvision", "torchaudio", "torchcodec", "flashinfer-cubin", "flashinfer-jit-cache"})
 
 
 def _left_out_of_parser(name: str) -> bool:
