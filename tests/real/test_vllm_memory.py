@@ -100,7 +100,7 @@ def test_gd708_on_a_busy_gpu_says_what_each_release_does(version, machine, flags
 
     import test_vllm_releases
 
-    script = test_vllm_releases.oracle_python(version).parent / "vllm"  # the real release's source, read only
+    script = test_vllm_releases.vllm_script(version)  # the real release's source, read only
     done = subprocess.run([sys.executable, "-m", "gpudoctor", "preflight", "--snapshot", str(SNAPSHOTS / machine), "--select", "GD708",
                            "--format", "json", "--", str(script), "serve", "facebook/opt-125m", "-tp", "2", *flags],
                           capture_output=True, text=True, timeout=120, env=dict(os.environ, HF_HUB_OFFLINE="1"))

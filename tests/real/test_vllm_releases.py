@@ -60,6 +60,12 @@ def locked(version: str) -> bool:
     return (realenv.CLOSURES / f"vllm-{version}.txt").is_file()
 
 
+def vllm_script(version: str) -> Path:
+    """The `vllm` script of the release as `pip install vllm==X` installs it (preflight reads its source, never
+    imports it); for a release without a lock, of a venv holding its wheel alone."""
+    return (realenv.release_venv(version) if locked(version) else realenv.venv_with(f"vllm=={version}")).parent / "vllm"
+
+
 def oracle_python(version: str) -> Path:
     """A venv with this vLLM, CPU torch and the rest of what `pip install vllm==X` installs, less the GPU
     stack: from its closure lock; for a release without one, vLLM's requirements as pip resolves them now."""
@@ -109,7 +115,7 @@ def test_preflight_agrees_with_vllms_own_parser(version):
     corpus = verdicts(version)
     # preflight reads the vLLM of the command's venv (source, never imported): the same release as
     # `pip install vllm==X` installs it, so the oracle's own venv is needed only to compute verdicts.
-    script = (realenv.release_venv(version) if locked(version) else realenv.venv_with(f"vllm=={version}")).parent / "vllm"
+    script = vllm_script(version)
     assert script.exists()
     false_blocks, missed, kinds = [], [], Counter()
     # refused None: the oracle, on CPU, got a refusal about its own platform (ParallelConfig's "Expert
