@@ -48,7 +48,7 @@ KERNEL_RULES = ("GD201", "GD202", "GD502")
 def check(python, gpu, select="GD2,GD5", tmp=None):
     env = dict(os.environ, GPUDOCTOR_CACHE_DIR=str(tmp) if tmp else os.environ.get("GPUDOCTOR_CACHE_DIR", ""))
     done = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--python", str(python), "--gpu", gpu,
-                           "--select", select, "--format", "json"], capture_output=True, text=True, timeout=300, env=env)
+                           "--select", select, "--format", "json", "--timeout", "120"], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode in (0, 1), done.stderr
     return {o["id"]: o for o in json.loads(done.stdout)["outcomes"]}
 
