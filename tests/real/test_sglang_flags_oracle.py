@@ -12,12 +12,20 @@ parser must import; the GPU packages stay out) builds its real server parser the
   oracle with the value types and choices taken out (only the flag names are compared; values are
   another rule's): 0 false blocks, and every command the oracle refuses for a flag is blocked.
 
+The oracle's answers (its flags and its verdict on each command) are computed once per release and
+oracle (this script's ORACLE and commands_from) and kept in the cache beside vLLM's; its venv is built
+only to compute them and discarded. gpudoctor reads the flags from SGLang's source as `pip install
+sglang==X` installs it (realenv.release_venv: the closure's sparse forms, whose sources are whole).
+
 Measured (sglang 0.5.23): 561 option strings on both sides, equal sets; of the 90 commands SGLang's
-parser refuses 43 and gpudoctor blocks the same 43, 0 false blocks. The CPU venv took 712 s to build
-on a loaded 2-core box; the test 203 s (two imports of sglang.srt.server_args).
+parser refuses 43 and gpudoctor blocks the same 43, 0 false blocks. Computing the answers took 100 s
+on a 2-core box (the venv 69 s, two imports of sglang.srt.server_args 22 s); a warm run reads them.
 """
 
+import hashlib
+import inspect
 import json
+import os
 import random
 import subprocess
 import sys
@@ -62,19 +70,32 @@ print(json.dumps(out))
 '''
 
 
-@pytest.fixture(scope="module")
-def oracle_python():
-    """SGLang's own Python from its closure lock, less the GPU stack, with CPU torch (realenv.parser_venv);
-    discarded after the module: the commands it judges are the test's."""
-    python = realenv.parser_venv(VERSION, engine="sglang", torch=CPU_TORCH)
-    yield python
-    realenv.discard(python)
-
-
 def run_oracle(python, commands):
     done = subprocess.run([str(python), "-c", ORACLE, json.dumps(commands)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def oracle_answers():
+    """SGLang's own parser on the commands built from its flags: {flags, switches, commands, verdicts}, computed
+    once per release and oracle in a venv of SGLang's closure less the GPU stack, with CPU torch
+    (realenv.parser_venv), which is discarded after."""
+    digest = hashlib.sha256((ORACLE + inspect.getsource(commands_from)).encode()).hexdigest()[:12]
+    cache = realenv.CACHE / "oracle" / f"sglang-{VERSION}-{digest}.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    python = realenv.parser_venv(VERSION, engine="sglang", torch=CPU_TORCH)
+    try:
+        first = run_oracle(python, [])
+        commands = commands_from(sorted(first["flags"]), set(first["switches"]))
+        answers = dict(first, commands=commands, verdicts=run_oracle(python, commands)["verdicts"])
+    finally:
+        realenv.discard(python)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(f".{os.getpid()}.part")
+    partial.write_text(json.dumps(answers))
+    partial.replace(cache)
+    return answers
 
 
 def commands_from(flags, switches, seed=25):
@@ -103,18 +124,19 @@ def commands_from(flags, switches, seed=25):
     return out
 
 
-def test_gpudoctor_knows_exactly_sglangs_flags_and_blocks_what_its_parser_refuses(oracle_python):
-    package = Path(str(oracle_python)).parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages" / "sglang"
+def test_gpudoctor_knows_exactly_sglangs_flags_and_blocks_what_its_parser_refuses():
+    answers = oracle_answers()
+    python = realenv.release_venv(VERSION, engine="sglang")
+    package = Path(str(python)).parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages" / "sglang"
     read = sglang_args.read_flags(str(package))
     assert read["problems"] == []
-    first = run_oracle(oracle_python, [])
-    oracle_flags = set(first["flags"])
+    oracle_flags = set(answers["flags"])
     ours = set(read["flags"]) - set(sglang_args.SERVE_ONLY)  # --model-type is taken out by `sglang serve` before this parser
     assert sorted(oracle_flags - ours) == [], "real flags gpudoctor would call unknown"
     assert sorted(ours - oracle_flags) == [], "flags gpudoctor knows that SGLang's parser does not define"
 
-    commands = commands_from(sorted(oracle_flags), set(first["switches"]))
-    verdicts = run_oracle(oracle_python, commands)["verdicts"]
+    commands, verdicts = answers["commands"], answers["verdicts"]
+    assert len(commands) == len(verdicts) == 90
     false_blocks, missed, refused = [], [], 0
     for argv, verdict in zip(commands, verdicts):
         blocked = bool(sglang_args.unknown_flags(argv, sorted(oracle_flags)))
