@@ -49,9 +49,20 @@ def _scan_cache_kept(_private_scan_cache):
     assert os.environ.get("GPUDOCTOR_CACHE_DIR") == _private_scan_cache, "GPUDOCTOR_CACHE_DIR was not restored"
 
 
-# --- what the real tier cost: printed at the end of a run that ran any of it (CI's cold-cache cost) ----
+# --- the real tier in one worker; what it cost, printed at the end of a run that ran any of it --------
+# pytest-xdist spreads the suite over the machine's cores (pyproject: -n auto --dist loadgroup). The real
+# tier's tests share a cache they fill as they go (downloads, sparse forms, venvs, oracle verdicts), so
+# they run in one worker, in their order, while the others take the rest. Each worker sends what it
+# counted to the controller (workeroutput), which prints the sum: CI's cold-cache cost.
 _TIERS = {"real": [0, 0.0], "other": [0, 0.0]}  # tests, seconds
 _DISK = {"path": "", "start": 0, "peak": 0}
+_RUN = {"started": time.monotonic(), "workers": 0, "stats": {}}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("real") is not None:
+            item.add_marker(pytest.mark.xdist_group("real"))
 
 
 def _fs_used(path: str) -> int:
@@ -87,23 +98,54 @@ def pytest_runtest_protocol(item, nextitem):
     tier[1] += time.monotonic() - started
 
 
+def _counted() -> dict:
+    """What this process counted: tests and seconds per tier, the disk peak, realenv.STATS."""
+    realenv = sys.modules.get("realenv")
+    return {"tiers": _TIERS, "peak": _DISK["peak"], "stats": dict(realenv.STATS) if realenv else {}}
+
+
+def _add(counted: dict) -> None:
+    for tier, (count, seconds) in counted["tiers"].items():
+        _TIERS[tier][0] += count
+        _TIERS[tier][1] += seconds
+    _DISK["peak"] = max(_DISK["peak"], counted["peak"])
+    for key, value in counted["stats"].items():
+        _RUN["stats"][key] = _RUN["stats"].get(key, 0) + value
+    _RUN["workers"] += 1
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller prints
+        session.config.workeroutput["gpudoctor_counted"] = _counted()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    counted = getattr(node, "workeroutput", {}).get("gpudoctor_counted")
+    if counted:
+        _add(counted)
+
+
 def pytest_terminal_summary(terminalreporter):
     if not _TIERS["real"][0]:
         return
     import realenv
 
-    stats = realenv.STATS
-    parts = {"sparse forms": realenv.SPARSE, "whole wheels": realenv.WHEELS, "venvs": realenv.VENVS}
-    sizes = {name: realenv.disk_bytes(path) / 1e9 for name, path in parts.items()}
+    stats = _RUN["stats"] if _RUN["workers"] else realenv.STATS
+    parts = {"sparse forms and their trees": [realenv.SPARSE, realenv.OBJECTS], "whole wheels": [realenv.WHEELS],
+             "venvs (beyond their links)": [realenv.VENVS]}
+    linked: set = set()  # a venv's files are mostly links to the trees: counted once, where they are first seen
+    sizes = {name: sum(realenv.disk_bytes(path, linked) for path in paths) / 1e9 for name, paths in parts.items()}
     write = terminalreporter.write_line
+    spread = f" (summed over {_RUN['workers']} workers)" if _RUN["workers"] > 1 else ""
     write(f"real tier: {_TIERS['real'][0]} tests in {_TIERS['real'][1]:.0f} s, the other {_TIERS['other'][0]} in "
-          f"{_TIERS['other'][1]:.0f} s; cache {realenv.CACHE}")
-    if stats["wheels_downloaded"]:
+          f"{_TIERS['other'][1]:.0f} s{spread}; {time.monotonic() - _RUN['started']:.0f} s wall; cache {realenv.CACHE}")
+    if stats.get("wheels_downloaded"):
         write(f"  downloaded {stats['downloaded_bytes'] / 1e9:.2f} GB ({stats['wheels_downloaded']:.0f} wheels, "
-              f"{stats['download_s']:.0f} s summed over {realenv.DOWNLOADS_AT_ONCE} at once), cut {stats['cut_files']:.0f} "
-              f"libraries ({stats['cut_s']:.0f} s summed)")
+              f"{stats['download_s']:.0f} s summed over {realenv.DOWNLOADS_AT_ONCE} at once), cut {stats.get('cut_files', 0):.0f} "
+              f"libraries ({stats.get('cut_s', 0):.0f} s summed)")
     else:
         write("  downloaded nothing: every wheel was in the cache")
-    write(f"  built {stats['venvs_built']:.0f} venvs in {stats['build_s']:.0f} s; cache now {sum(sizes.values()):.2f} GB on disk ("
+    write(f"  built {stats.get('venvs_built', 0):.0f} venvs in {stats.get('build_s', 0):.0f} s; cache now {sum(sizes.values()):.2f} GB on disk ("
           + ", ".join(f"{name} {size:.2f} GB" for name, size in sizes.items())
           + f"), file system peak +{_DISK['peak'] / 1e9:.2f} GB during the run")
