@@ -9,10 +9,12 @@ Design constraints:
   engine's own argument parser, CPU torch) whole, ``venvs/`` the venvs built from them. A fresh
   machine downloads each wheel once (hash-checked, several at a time, the full wheel deleted once
   cut); later runs reuse the cache.
-- A closure venv (``closure_venv``) is what ``pip install ENGINE==X`` installs, installed by pip from
-  the sparse forms, each cut file then written at its real size with holes where its zeros are, and
-  files shared with another release hard-linked: a 9 GB CUDA install costs a few hundred MB of disk.
-  Its files read as the real ones do for every reader gpudoctor has; nothing in it is imported.
+- A closure venv (``closure_venv``) is what ``pip install ENGINE==X`` installs, made of the sparse
+  forms unpacked once each (``sparse/trees/``: each cut file at its real size, holes where its zeros
+  are) and hard-linked into the venv as pip would install them (tests/realinstall.py): a 9 GB CUDA
+  install costs its sources and metadata once, shared by every release that has the same wheel, and
+  a venv built again costs seconds. Its files read as the real ones do for every reader gpudoctor
+  has; nothing in it is imported.
 - Safe for concurrent test processes: every download and every venv build holds a file lock;
   a venv counts only once its `.complete` marker is written, last.
 - Wheels that are imported go in whole with ``--no-deps`` (``venv_with``); whatever else a test needs
@@ -45,18 +47,20 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import realinstall  # noqa: E402
 import sparsewheel  # noqa: E402
+from realfetch import DOWNLOAD_DEADLINE_S, PIP_TIMEOUT_S, DownloadError, Progress, canonical, download_bytes, index_urls, pip_download  # noqa: E402,F401
 
 CACHE = Path(os.environ.get("GPUDOCTOR_TEST_CACHE") or Path.home() / ".cache" / "gpudoctor-tests")
 WHEELS = CACHE / "wheels"
 SPARSE = CACHE / f"sparse-{sparsewheel.FORMAT}"  # forms of another format are left for _evict to remove
+TREES = SPARSE / "trees"  # each sparse form unpacked once (tests/realinstall.py): what closure venvs link to
+OBJECTS = CACHE / "objects"  # the trees' files by content: a file in several trees is there once
 VENVS = CACHE / "venvs"
 SCRATCH = CACHE / "scratch"
 CACHE_BYTES = int(float(os.environ.get("GPUDOCTOR_TEST_CACHE_GB") or 12) * 1e9)
 DOWNLOADS_AT_ONCE = 4
 CUTS_AT_ONCE = 2  # zlib and hashing release the GIL: threads use both cores
-PIP_TIMEOUT_S = 30  # per socket operation, with 2 retries: an unreachable index fails in minutes, not hours
-DOWNLOAD_DEADLINE_S = 1800
 
 STATS: Dict[str, float] = {"downloaded_bytes": 0, "wheels_downloaded": 0, "download_s": 0.0, "cut_s": 0.0, "cut_files": 0,
                            "venvs_built": 0, "build_s": 0.0}
@@ -73,19 +77,10 @@ GPU_PACKAGES = frozenset(
 _GPU_PREFIXES = ("nvidia-", "cupy-", "flashinfer", "triton")
 
 
-class DownloadError(RuntimeError):
-    """pip could not fetch a wheel (index unreachable, no such file, hash mismatch): its words."""
-
-
 def _count(**amounts: float) -> None:
     with _STATS_LOCK:
         for key, value in amounts.items():
             STATS[key] = STATS.get(key, 0) + value
-
-
-def canonical(name: str) -> str:
-    """PEP 503 normalised name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @contextmanager
@@ -97,65 +92,6 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-class _Progress:
-    """One line on the terminal (``/dev/tty``, past pytest's capture) while wheels download and are
-    cut; nothing at all without a terminal (CI)."""
-
-    def __init__(self, total: int, what: str) -> None:
-        self.total, self.what, self.done, self.bytes = total, what, 0, 0
-        self.started = time.monotonic()
-        try:
-            self.tty: Optional[int] = os.open("/dev/tty", os.O_WRONLY | os.O_NOCTTY) if total else None
-        except OSError:
-            self.tty = None
-
-    def step(self, size: int) -> None:
-        with _STATS_LOCK:
-            self.done += 1
-            self.bytes += size
-            line = (f"\r  real tier: {self.what}: {self.done}/{self.total} wheels, {self.bytes / 1e9:.2f} GB "
-                    f"downloaded and cut, {time.monotonic() - self.started:.0f} s ")
-        if self.tty is not None:
-            try:
-                os.write(self.tty, line.encode())
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        if self.tty is not None:
-            try:
-                os.write(self.tty, b"\r\x1b[K")
-                os.close(self.tty)
-            except OSError:
-                pass
-
-
-def _pip_download(reqs: Sequence[str], into: Path, hashes: bool) -> None:
-    """``pip download --no-deps`` of ``reqs`` into ``into`` (``--require-hashes`` when they carry hashes),
-    with no pip cache (the tier keeps its own) and bounded waits. DownloadError with pip's words."""
-    into.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-               "--no-cache-dir", "--timeout", str(PIP_TIMEOUT_S), "--retries", "2", "-d", str(into)]
-    listing = None
-    if hashes:
-        listing = into / f".requirements-{os.getpid()}-{threading.get_ident()}.txt"
-        listing.write_text("\n".join(reqs) + "\n", encoding="utf-8")
-        command += ["--require-hashes", "-r", str(listing)]
-    else:
-        command += list(reqs)
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_DEADLINE_S)
-    except subprocess.TimeoutExpired:
-        raise DownloadError(f"pip download of {', '.join(r.split()[0] for r in reqs)} took over {DOWNLOAD_DEADLINE_S} s")
-    finally:
-        if listing is not None:
-            listing.unlink()
-    if done.returncode != 0:
-        names = ", ".join(r.split()[0] for r in reqs[:5]) + (f" and {len(reqs) - 5} more" if len(reqs) > 5 else "")
-        raise DownloadError(f"pip could not download {names} (exit {done.returncode}); is the package index reachable? "
-                            f"pip said:\n{(done.stderr or done.stdout)[-2000:]}")
 
 
 def _find_wheel(name: str, version: str) -> Optional[Path]:
@@ -183,7 +119,7 @@ def wheel(name: str, version: str) -> Path:
         scratch = SCRATCH / f"wheel-{os.getpid()}-{threading.get_ident()}"
         started = time.monotonic()
         try:
-            _pip_download([f"{name}=={version}"], scratch, hashes=False)
+            pip_download([f"{name}=={version}"], scratch, hashes=False)
             for path in scratch.glob("*.whl"):
                 _count(downloaded_bytes=path.stat().st_size, wheels_downloaded=1, download_s=time.monotonic() - started)
                 os.replace(path, WHEELS / path.name)
@@ -241,9 +177,11 @@ def _touch(path: Path) -> None:
         pass
 
 
-def disk_bytes(path: Path) -> int:
-    """Bytes ``path`` takes on disk (allocated blocks: holes cost nothing), each hard-linked file once."""
-    seen, total, stack = set(), 0, [str(path)]
+def disk_bytes(path: Path, seen: Optional[set] = None) -> int:
+    """Bytes ``path`` takes on disk (allocated blocks: holes cost nothing), each hard-linked file once;
+    ``seen`` carries the hard-linked files counted already over several calls."""
+    seen = set() if seen is None else seen
+    total, stack = 0, [str(path)]
     while stack:
         try:
             entries = list(os.scandir(stack.pop()))
@@ -277,6 +215,9 @@ def _evict(keep: int, limit: int = CACHE_BYTES) -> None:
     for old in CACHE.glob("sparse*") if CACHE.is_dir() else ():
         if old != SPARSE and old.is_dir():  # an older sparse format (tests/sparsewheel.py FORMAT)
             shutil.rmtree(old, ignore_errors=True)
+            for entry in os.scandir(OBJECTS) if OBJECTS.is_dir() else ():
+                if entry.stat(follow_symlinks=False).st_nlink == 1:  # no tree has it any more
+                    os.unlink(entry.path)
     if not VENVS.is_dir():
         return
     built = sorted((v for v in VENVS.iterdir() if v.is_dir()), key=last_used, reverse=True)
@@ -298,12 +239,28 @@ def discard(python: Path) -> None:
         shutil.rmtree(venv, ignore_errors=True)
 
 
+def _locked_item(req: str) -> Optional[Tuple[str, str, str]]:
+    """The closure locks' entry for ``name==version``, if a lock has that wheel."""
+    name, _, version = req.partition("==")
+    for lock in sorted(CLOSURES.glob("*.txt")):
+        engine, _, release = lock.stem.rpartition("-")
+        for item in closure_lock(release, engine):
+            pin_name, _, pin_version = item[1].partition("==")
+            if canonical(pin_name) == canonical(name) and pin_version == version:
+                return item
+    return None
+
+
 def venv_with(*reqs: str, extra: Sequence[str] = (), python: str = sys.executable) -> Path:
-    """A cached venv holding the whole wheels ``reqs`` (each ``name==version``) installed ``--no-deps``,
-    then ``extra`` requirements installed normally (with their dependencies). Returns its python."""
+    """A cached venv holding the wheels ``reqs`` (each ``name==version``) installed without their
+    dependencies, then ``extra`` requirements installed by pip (with their dependencies). Returns its python.
+
+    A wheel of a closure lock goes in from the closure's tree (sparse, linked); once the venv is whole,
+    the cut files an import in it could load (``realinstall.loadable_cuts``) get their whole bytes from the wheel,
+    fetched for that. Any other wheel is downloaded whole once (``wheel``) and linked from its tree."""
     # Keyed on the base interpreter, not the venv a test runs in: every checkout shares the cache.
     base = os.path.realpath(getattr(sys, "_base_executable", python)) if python == sys.executable else python
-    key_text = "\n".join([base, sys.version, *sorted(reqs), "--", *sorted(extra)])
+    key_text = "\n".join([base, sys.version, f"trees {sparsewheel.FORMAT}", *sorted(reqs), "--", *sorted(extra)])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     names = "-".join(r.split("==")[0] + r.split("==")[-1] for r in reqs)[:60]
     target = VENVS / f"{names}-{key}"
@@ -312,7 +269,15 @@ def venv_with(*reqs: str, extra: Sequence[str] = (), python: str = sys.executabl
         _touch(done)
         return target / "bin" / "python"
     _evict(keep=KEEP_VENVS)
-    files = [str(wheel(*req.split("==", 1))) for req in reqs]
+    sources = []  # (tree, the sparse form's stub or None, the lock item or None)
+    for req in reqs:
+        item = _locked_item(req)
+        if item is not None:
+            with _locked(SPARSE / f".wheel-{item[2]}.lock"):
+                stub = sparse_forms([item])[item[2]]
+            sources.append((realinstall.unpacked(stub, TREES, OBJECTS), stub, item))
+        else:
+            sources.append((realinstall.unpacked(wheel(*req.split("==", 1)), WHEELS / "trees", OBJECTS), None, None))
     with _locked(VENVS / f".{key}.lock"):
         if done.exists():
             return target / "bin" / "python"
@@ -323,12 +288,16 @@ def venv_with(*reqs: str, extra: Sequence[str] = (), python: str = sys.executabl
         started = time.monotonic()
         try:
             subprocess.run([python, "-m", "venv", "--without-pip", str(target)], check=True)
-            pip = [sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"), "install", "-q",
-                   "--disable-pip-version-check", "--no-compile", "--timeout", str(PIP_TIMEOUT_S), "--retries", "2"]
-            if files:
-                subprocess.run([*pip, "--no-deps", *files], check=True)
+            realinstall.install(target, [tree for tree, _, _ in sources])
             if extra:
-                subprocess.run([*pip, *extra], check=True)
+                subprocess.run([sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"), "install", "-q",
+                                "--disable-pip-version-check", "--no-compile", "--timeout", str(PIP_TIMEOUT_S),
+                                "--retries", "2", *extra], check=True)
+            site = _site(target)
+            provided = realinstall.system_libraries() | {name for _, _, names in os.walk(target) for name in names}
+            needs = {item: realinstall.loadable_cuts(tree, stub, provided) for tree, stub, item in sources if stub is not None}
+            _each_fetched([item for item, members in needs.items() if members],
+                          lambda item, data: realinstall.restore_whole(site, needs[item], data), "whole libraries")
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
@@ -358,59 +327,6 @@ INDEX_URL = (os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple").rstri
 IN_MEMORY_AT_ONCE = 6  # wheels downloaded and not yet cut (the largest is ~0.9 GB)
 
 
-def _https_context():
-    import ssl
-
-    bundle = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
-    return ssl.create_default_context(cafile=bundle) if bundle and os.path.isfile(bundle) else ssl.create_default_context()
-
-
-def _index_urls(name: str) -> Dict[str, str]:
-    """file name -> URL of every file of a project on the index (PEP 691 JSON)."""
-    import json
-    import urllib.parse
-    import urllib.request
-
-    page = f"{INDEX_URL}/{canonical(name)}/"
-    request = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(request, timeout=PIP_TIMEOUT_S, context=_https_context()) as answer:
-        doc = json.loads(answer.read(64 << 20))
-    return {f["filename"]: urllib.parse.urljoin(page, f["url"]) for f in doc.get("files", [])}
-
-
-def _download_bytes(url: str, sha256: str) -> bytes:
-    """The file at ``url`` in memory, its sha256 checked while it arrives."""
-    import urllib.request
-
-    digest = hashlib.sha256()
-    with urllib.request.urlopen(url, timeout=PIP_TIMEOUT_S, context=_https_context()) as answer:
-        length = int(answer.headers.get("Content-Length") or 0)
-        buffer = bytearray(length) if length else bytearray()
-        view, pos = memoryview(buffer), 0
-        while True:
-            if length:
-                if pos == length:
-                    break
-                count = answer.readinto(view[pos:pos + (1 << 22)])
-                if not count:
-                    break
-                digest.update(view[pos:pos + count])
-                pos += count
-            else:
-                chunk = answer.read(1 << 22)
-                if not chunk:
-                    break
-                digest.update(chunk)
-                buffer += chunk
-                pos += len(chunk)
-    view.release()
-    if length and pos != length:
-        raise DownloadError(f"{url}: the download ended at {pos} of {length} bytes")
-    if digest.hexdigest() != sha256:
-        raise DownloadError(f"{url}: sha256 {digest.hexdigest()} is not the lock's {sha256}")
-    return bytes(buffer) if not length else buffer  # type: ignore[return-value]
-
-
 def _fetch(item: Tuple[str, str, str]) -> bytes:
     """A locked wheel's bytes: the whole wheel already in the cache, or downloaded into memory straight
     from the index (its PEP 691 page gives the file's address), its lock hash checked while it arrives;
@@ -420,11 +336,11 @@ def _fetch(item: Tuple[str, str, str]) -> bytes:
         return (WHEELS / filename).read_bytes()
     started = time.monotonic()
     try:
-        data = _download_bytes(_index_urls(pin.split("==")[0])[filename], req.rsplit("sha256:", 1)[1].strip())
+        data = download_bytes(index_urls(INDEX_URL, pin.split("==")[0])[filename], req.rsplit("sha256:", 1)[1].strip())
     except (OSError, KeyError, ValueError, DownloadError):
         scratch = SCRATCH / f"pip-{os.getpid()}-{threading.get_ident()}"
         try:
-            _pip_download([req], scratch, hashes=True)
+            pip_download([req], scratch, hashes=True)
             data = (scratch / filename).read_bytes()
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -436,7 +352,7 @@ def _each_fetched(todo: Sequence[Tuple[str, str, str]], work, what: str) -> None
     """``work(item, data)`` for each locked wheel, fetched several at a time and handed to two workers
     as each arrives (at most IN_MEMORY_AT_ONCE held); the largest (platform wheels) start first. Every
     wheel is tried; the first error is raised at the end."""
-    progress = _Progress(len(todo), what)
+    progress = Progress(len(todo), what)
     in_memory = threading.BoundedSemaphore(IN_MEMORY_AT_ONCE)
 
     def done(item: Tuple[str, str, str], data: bytes) -> None:
@@ -502,14 +418,17 @@ def _left_out_of_parser(name: str) -> bool:
 
 def parser_venv(version: str, engine: str = "vllm", torch: str = "2.13.0") -> Path:
     """The engine's own Python, importable on a CPU (for its argument parser): what its closure lock
-    installs less CUDA torch and NVIDIA's libraries (``_left_out_of_parser``), each wheel whole, with CPU
-    torch in place of the CUDA one. Exact versions, nothing resolved at test time. Its wheels are fetched for the build and
-    not kept (vLLM's parser loads vLLM's extensions, so the engine is whole too: ~2.5 GB of venv and
-    1 GB of wheels a release): build it for one job and ``discard`` it after."""
+    installs less CUDA torch and NVIDIA's libraries (``_left_out_of_parser``), with CPU torch in place of
+    the CUDA one. Exact versions, nothing resolved at test time. Built from the closure's trees
+    (tests/realinstall.py: hard links, no bytes); the cut files an import could load (``realinstall.loadable_cuts``:
+    numpy's, libtriton's; not vLLM's CUDA extensions, which cannot load beside CPU torch) get their whole
+    bytes from their wheel, fetched again (hash-checked) for this venv alone. Build it for one job and
+    ``discard`` it."""
     items = closure_lock(version, engine)
     wanted = [item for item in items if not _left_out_of_parser(item[1].split("==")[0])]
     base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-    key_text = "\n".join([base, sys.version, "parser", f"torch=={torch}", *sorted(req for req, _, _ in wanted)])
+    key_text = "\n".join([base, sys.version, "parser", f"sparse {sparsewheel.FORMAT}", f"torch=={torch}",
+                          *sorted(req for req, _, _ in wanted)])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     target = VENVS / f"parser-{engine}{version}-{key}"
     done = target / ".complete"
@@ -518,33 +437,36 @@ def parser_venv(version: str, engine: str = "vllm", torch: str = "2.13.0") -> Pa
         return target / "bin" / "python"
     _evict(keep=KEEP_VENVS)
     cpu_torch = wheel("torch", torch)
+    with _locked(SPARSE / f".closure-{engine}-{version}.lock"):
+        stubs = sparse_forms(items)
     with _locked(VENVS / f".{key}.lock"):
         if done.exists():
             return target / "bin" / "python"
         if target.exists():
             shutil.rmtree(target)
         started = time.monotonic()
-        scratch = SCRATCH / f"parser-{os.getpid()}-{threading.get_ident()}"
         try:
-            scratch.mkdir(parents=True, exist_ok=True)
-
-            def keep(item: Tuple[str, str, str], data: bytes) -> None:
-                (scratch / item[2]).write_bytes(data)
-
-            _each_fetched([item for item in wanted if not (WHEELS / item[2]).is_file()], keep, "parser wheels")
-            files = [str(WHEELS / f if (WHEELS / f).is_file() else scratch / f) for _, _, f in wanted]
+            with ThreadPoolExecutor(CUTS_AT_ONCE) as unpacking:
+                trees = dict(zip([f for _, _, f in wanted], unpacking.map(
+                    lambda filename: realinstall.unpacked(stubs[filename], TREES, OBJECTS), [f for _, _, f in wanted])))
+            torch_tree = realinstall.unpacked(cpu_torch, WHEELS / "trees", OBJECTS)
+            provided = realinstall.system_libraries() | {name for tree in [*trees.values(), torch_tree]
+                                              for _, _, names in os.walk(tree / "site") for name in names}
+            needs = {f: realinstall.loadable_cuts(trees[f], stubs[f], provided) for _, _, f in wanted}
             subprocess.run([base, "-m", "venv", "--without-pip", str(target)], check=True)
-            subprocess.run([sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"), "install", "-q",
-                            "--disable-pip-version-check", "--no-compile", "--no-deps", "--no-index", str(cpu_torch), *files],
-                           check=True)
+            realinstall.install(target, [torch_tree] + [trees[f] for _, _, f in wanted])
+            site = _site(target)
+
+            def restore(item: Tuple[str, str, str], data: bytes) -> None:
+                realinstall.restore_whole(site, needs[item[2]], data)
+
+            whole = [item for item in wanted if needs[item[2]]]
+            _each_fetched(whole, restore, "parser libraries")
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        _share_files(target)
         done.write_text(key_text, encoding="utf-8")
-        _count(venvs_built=1, build_s=time.monotonic() - started)
+        _count(venvs_built=1, build_s=time.monotonic() - started, parser_whole_wheels=len(whole))
     return target / "bin" / "python"
 
 
@@ -558,41 +480,13 @@ def source_wheel(engine: str, version: str) -> Path:
         return sparse_forms([item])[item[2]]
 
 
-def _install_metadata(site: Path, stub: Path) -> None:
-    """Install a distribution as its metadata alone: the wheel's own dist-info (from its sparse form),
-    with a RECORD that lists just those files (what pip writes for a wheel without a payload), so
-    nothing claims files that are not there."""
-    import base64
-    import csv
-    import io
-
-    tops = set()
-    with zipfile.ZipFile(stub) as archive:
-        for member in archive.namelist():
-            top = member.split("/", 1)[0]
-            if top.endswith(".dist-info") and "/" in member and ".." not in member.split("/") and not member.endswith("/"):
-                archive.extract(member, site)
-                tops.add(top)
-    for dest in (site / top for top in sorted(tops)):
-        (dest / "INSTALLER").write_text("gpudoctor-tests (metadata only)\n", encoding="utf-8")
-        rows = []
-        for path in sorted(dest.rglob("*")):
-            if path.is_file() and path.name != "RECORD":
-                data = path.read_bytes()
-                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-                rows.append([path.relative_to(site).as_posix(), f"sha256={digest}", str(len(data))])
-        rows.append([f"{dest.name}/RECORD", "", ""])
-        out = io.StringIO()
-        csv.writer(out, lineterminator="\n").writerows(rows)
-        (dest / "RECORD").write_text(out.getvalue(), encoding="utf-8")
-
-
 def closure_venv(version: str, python: str = sys.executable, metadata_only: Iterable[str] = (), engine: str = "vllm") -> Path:
     """A cached venv holding what ``pip install ENGINE==version`` installs (vLLM by default) — the engine,
     the torch it pins (the real CUDA build), every nvidia-* wheel, triton, flashinfer, … and the pure-Python
     rest — as the lock in tests/real/closure/ names it: each wheel downloaded once with its hash checked,
-    kept in its sparse form, installed ``--no-deps`` by pip, so nothing is resolved at test time; the
-    cut files are then written at their real size (holes where the GPU code was). Returns its python.
+    kept in its sparse form and unpacked once (its cut files at their real size, holes where the GPU code
+    was), then installed as pip would by hard links (tests/realinstall.py): nothing is resolved at test
+    time, and the venv costs no bytes of its own. Returns its python.
 
     ``metadata_only``: regular expressions of distribution names installed as their real dist-info
     alone (METADATA, entry points, a RECORD of those files): what requirement checks read, without
@@ -621,18 +515,15 @@ def closure_venv(version: str, python: str = sys.executable, metadata_only: Iter
         started = time.monotonic()
         try:
             subprocess.run([python, "-m", "venv", "--without-pip", str(target)], check=True)
-            subprocess.run([sys.executable, "-m", "pip", "--python", str(target / "bin" / "python"), "install", "-q",
-                            "--disable-pip-version-check", "--no-compile", "--no-deps", "--no-index",
-                            *(str(stubs[filename]) for _, _, filename in full)], check=True)
+            with ThreadPoolExecutor(CUTS_AT_ONCE) as unpacking:
+                trees = list(unpacking.map(lambda filename: realinstall.unpacked(stubs[filename], TREES, OBJECTS), [f for _, _, f in full]))
+            realinstall.install(target, trees)  # hard links: the venv costs no bytes of its own
             site = _site(target)
-            for _, _, filename in full:
-                sparsewheel.materialize(stubs[filename], site)
             for _, _, filename in light:
-                _install_metadata(site, stubs[filename])
+                realinstall.install_metadata(site, stubs[filename])
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
-        _share_files(target)
         done.write_text(key_text, encoding="utf-8")
         _count(venvs_built=1, build_s=time.monotonic() - started)
     return target / "bin" / "python"
@@ -683,7 +574,10 @@ def _share_files(target: Path, min_size: int = 1 << 16) -> int:
             for path in [path for path, entry in mine.items() if theirs.get(path) == entry]:
                 src, dst = other / path, site / path
                 try:
-                    if os.path.samefile(src, dst) or src.stat().st_size != dst.stat().st_size:
+                    mine_stat, theirs_stat = dst.stat(), src.stat()
+                    # the same row but a cut file on one side (a wheel linked sparse here, its whole bytes
+                    # restored there, realinstall.restore_whole): the allocated blocks tell them apart
+                    if os.path.samefile(src, dst) or (theirs_stat.st_size, theirs_stat.st_blocks) != (mine_stat.st_size, mine_stat.st_blocks):
                         continue
                     tmp = dst.with_name(dst.name + ".share-tmp")
                     os.link(src, tmp)

@@ -17,7 +17,7 @@ LOCKED = ("nvidia-nonexistent==1.0 --hash=sha256:" + "0" * 64, "nvidia-nonexiste
 
 @pytest.fixture
 def empty_cache(tmp_path, monkeypatch):
-    for name in ("CACHE", "WHEELS", "SPARSE", "VENVS", "SCRATCH"):
+    for name in ("CACHE", "WHEELS", "SPARSE", "TREES", "OBJECTS", "VENVS", "SCRATCH"):
         monkeypatch.setattr(realenv, name, tmp_path / "cache" / name.lower())
     return tmp_path / "cache"
 
