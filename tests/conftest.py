@@ -59,6 +59,7 @@ _DISK = {"path": "", "start": 0, "peak": 0}
 _RUN = {"started": time.monotonic(), "workers": 0, "stats": {}}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group from the marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("real") is not None:
