@@ -59,11 +59,11 @@ _DISK = {"path": "", "start": 0, "peak": 0}
 _RUN = {"started": time.monotonic(), "workers": 0, "stats": {}}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group from the marker
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("real") is not None:
-            item.add_marker(pytest.mark.xdist_group("real"))
+def pytest_itemcollected(item):
+    # As each test is collected: xdist reads the group in its own pytest_collection_modifyitems, which
+    # some pytest releases call before a conftest's (9.2), tryfirst or not.
+    if item.get_closest_marker("real") is not None:
+        item.add_marker(pytest.mark.xdist_group("real"))
 
 
 def _fs_used(path: str) -> int:
