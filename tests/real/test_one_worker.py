@@ -10,6 +10,7 @@ pytestmark = pytest.mark.real
 
 
 def test_the_real_tier_is_one_group(request):
-    if not os.environ.get("PYTEST_XDIST_WORKER") or request.config.getoption("dist", None) != "loadgroup":
+    # in a worker, xdist keeps the controller's --dist as option.loadgroup (its own dist is "no")
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not getattr(request.config.option, "loadgroup", False):
         pytest.skip("not under pytest-xdist with --dist loadgroup")
     assert request.node.nodeid.endswith("@real"), request.node.nodeid
