@@ -49,7 +49,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import realinstall  # noqa: E402
 import sparsewheel  # noqa: E402
-from realfetch import DOWNLOAD_DEADLINE_S, PIP_TIMEOUT_S, DownloadError, Progress, canonical, download_bytes, index_urls, pip_download  # noqa: E402,F401
+from realfetch import DOWNLOAD_DEADLINE_S, PIP_TIMEOUT_S, DownloadError, Progress, canonical, download_bytes, index_urls, pip_download, pip_resolve  # noqa: E402,F401
 
 CACHE = Path(os.environ.get("GPUDOCTOR_TEST_CACHE") or Path.home() / ".cache" / "gpudoctor-tests")
 WHEELS = CACHE / "wheels"
@@ -416,7 +416,7 @@ def _left_out_of_parser(name: str) -> bool:
     return name in _NOT_IN_PARSER or name.startswith("nvidia-")
 
 
-def parser_venv(version: str, engine: str = "vllm", torch: str = "2.13.0") -> Path:
+def parser_venv(version: str, engine: str = "vllm", torch: str = "2.13.0", items: Optional[Sequence[Tuple[str, str, str]]] = None) -> Path:
     """The engine's own Python, importable on a CPU (for its argument parser): what its closure lock
     installs less CUDA torch and NVIDIA's libraries (``_left_out_of_parser``), with CPU torch in place of
     the CUDA one. Exact versions, nothing resolved at test time. Built from the closure's trees
@@ -424,7 +424,7 @@ def parser_venv(version: str, engine: str = "vllm", torch: str = "2.13.0") -> Pa
     numpy's, libtriton's; not vLLM's CUDA extensions, which cannot load beside CPU torch) get their whole
     bytes from their wheel, fetched again (hash-checked) for this venv alone. Build it for one job and
     ``discard`` it."""
-    items = closure_lock(version, engine)
+    items = list(items) if items is not None else closure_lock(version, engine)  # items: a resolution (pip_resolve)
     wanted = [item for item in items if not _left_out_of_parser(item[1].split("==")[0])]
     base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     key_text = "\n".join([base, sys.version, "parser", f"sparse {sparsewheel.FORMAT}", f"torch=={torch}",
@@ -438,7 +438,7 @@ def parser_venv(version: str, engine: str = "vllm", torch: str = "2.13.0") -> Pa
     _evict(keep=KEEP_VENVS)
     cpu_torch = wheel("torch", torch)
     with _locked(SPARSE / f".closure-{engine}-{version}.lock"):
-        stubs = sparse_forms(items)
+        stubs = sparse_forms(wanted)
     with _locked(VENVS / f".{key}.lock"):
         if done.exists():
             return target / "bin" / "python"

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 PIP_TIMEOUT_S = 30  # per socket operation, with 2 retries: an unreachable index fails in minutes, not hours
 DOWNLOAD_DEADLINE_S = 1800
@@ -141,3 +141,34 @@ def download_bytes(url: str, sha256: str) -> bytes:
     if digest.hexdigest() != sha256:
         raise DownloadError(f"{url}: sha256 {digest.hexdigest()} is not the lock's {sha256}")
     return bytes(buffer) if not length else buffer  # type: ignore[return-value]
+
+
+def pip_resolve(reqs: Sequence[str], scratch: Path, no_deps: bool = False) -> List[Tuple[str, str, str]]:
+    """What ``pip install REQS`` would install now, as lock items (requirement with its hash, name==version,
+    wheel file name): pip's own resolver in a dry run (``--report``), which reads each wheel's metadata
+    from the index, not the wheel. For a release whose own requirements do not resolve (vLLM 0.34.0 pins
+    an unpublished flashinfer-python), the part that does, resolved as the lock would have it."""
+    import json
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    report = scratch / f"report-{os.getpid()}-{threading.get_ident()}.json"
+    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q", "--only-binary=:all:",
+               "--disable-pip-version-check", "--timeout", str(PIP_TIMEOUT_S), "--retries", "2", "--report", str(report),
+               *(["--no-deps"] if no_deps else []), *reqs]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_DEADLINE_S)
+        if done.returncode != 0:
+            raise DownloadError(f"pip could not resolve {', '.join(reqs[:5])} (exit {done.returncode}); is the package index "
+                                f"reachable? pip said:\n{(done.stderr or done.stdout)[-2000:]}")
+        entries = json.loads(report.read_text(encoding="utf-8")).get("install", [])
+    except subprocess.TimeoutExpired:
+        raise DownloadError(f"pip took over {DOWNLOAD_DEADLINE_S} s to resolve {', '.join(reqs[:5])}")
+    finally:
+        report.unlink(missing_ok=True)
+    items = []
+    for entry in entries:
+        info = entry.get("download_info", {})
+        digest = info.get("archive_info", {}).get("hashes", {}).get("sha256") or info.get("archive_info", {}).get("hash", "").partition("=")[2]
+        pin = f"{entry['metadata']['name']}=={entry['metadata']['version']}"
+        items.append((f"{pin} --hash=sha256:{digest}", pin, info["url"].rsplit("/", 1)[-1].split("#", 1)[0]))
+    return items

@@ -68,12 +68,13 @@ def vllm_script(version: str) -> Path:
 
 def oracle_python(version: str) -> Path:
     """A venv with this vLLM, CPU torch and the rest of what `pip install vllm==X` installs, less the GPU
-    stack: from its closure lock; for a release without one, vLLM's requirements as pip resolves them now."""
+    stack (realenv.parser_venv): from its closure lock; for a release without one, its wheel and vLLM's
+    requirements less the GPU packages, as pip resolves them now."""
     if locked(version):
         return realenv.parser_venv(version, torch=CPU_TORCH)
-    extra = realenv.requires_dist(realenv.wheel("vllm", version))
-    base = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-    return realenv.venv_with(f"vllm=={version}", f"torch=={CPU_TORCH}", extra=extra, python=base)
+    items = realenv.pip_resolve([f"vllm=={version}"], realenv.SCRATCH, no_deps=True)
+    items += realenv.pip_resolve(realenv.requires_dist(realenv.wheel("vllm", version)), realenv.SCRATCH)
+    return realenv.parser_venv(version, torch=CPU_TORCH, items=items)
 
 
 def verdicts(version: str) -> list:
