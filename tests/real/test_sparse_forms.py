@@ -63,8 +63,8 @@ def _check_installed(stub: Path, whole_wheel: Path, site: Path) -> int:
 
 
 def test_an_engine_installed_from_its_sparse_form_reads_as_its_real_wheel():
-    """vLLM 0.33.0: the closure venv's vllm/*.so against the whole wheel (kept: the peer server and
-    --deep load its extensions)."""
+    """vLLM 0.33.0: the closure venv's vllm/*.so (linked from its tree) against the whole wheel (the one
+    engine wheel the cache keeps whole, for this comparison)."""
     python = realenv.release_venv("0.33.0")
     whole = realenv.wheel("vllm", "0.33.0")
     site = python.parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
