@@ -8,7 +8,7 @@ module name here.
 import importlib
 
 MODULES = (
-    "internal", "driver", "cuda", "gpu", "fabric", "host_limits", "flash_attn", "python_stack", "torch_extensions", "vllm_build", "processes",
+    "internal", "driver", "cuda", "cuda_toolkit", "gpu", "fabric", "host_limits", "flash_attn", "python_stack", "torch_extensions", "vllm_build", "processes",
     "launch", "server", "server_config", "cluster",
 )
 
