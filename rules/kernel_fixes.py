@@ -29,7 +29,7 @@ from gpudoctor.knowledge.gpus import kernel_support
 from gpudoctor.rule import Fix
 
 from .driver import version_tuple
-from .flash_attn import ARCHS_FOR_MAJOR
+from .flash_attn_install import ARCHS_FOR_MAJOR
 
 # flashinfer's .github/workflows/release.yml (FLASHINFER_CUDA_ARCH_LIST of the x86_64
 # flashinfer-jit-cache wheels it publishes to https://flashinfer.ai/whl/cuXYZ):
