@@ -9,7 +9,7 @@ from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, ru
 from gpudoctor.snapshot import gib, mib
 from gpudoctor.visible import resolve, visible_gpus
 
-from .processes import IN_USE_THRESHOLD, gpu_shares, view
+from .process_view import IN_USE_THRESHOLD, gpu_shares, view
 
 # /dev/shm below this breaks NCCL's shared-memory transport between local GPUs (Docker's
 # default is 64 MiB). vLLM's docs ask for --ipc=host or a large --shm-size.
