@@ -22,7 +22,7 @@ import time
 import zlib
 from typing import Any, Dict, List, Optional, Sequence
 
-from gpudoctor.probes.launch import vllm_args, vllm_combinations, vllm_conditions, vllm_index
+from gpudoctor.probes.launch import vllm_args, vllm_combinations, vllm_conditions, vllm_fields, vllm_index
 from gpudoctor.probes.launch.vllm_args import Arg, ArgTable
 
 FORMAT = "gpudoctor-vllm-args"
@@ -67,7 +67,7 @@ def _stat(path: str) -> Optional[List[int]]:
 
 def _identity(package: str, flag_files: Sequence[str]) -> Dict[str, Any]:
     """What must be the same for a cached table to stand: gpudoctor's reader and the files read up front."""
-    own = [_stat(module.__file__ or "") for module in (vllm_args, vllm_index, vllm_conditions, vllm_combinations)]
+    own = [_stat(module.__file__ or "") for module in (vllm_args, vllm_fields, vllm_index, vllm_conditions, vllm_combinations)]
     return {"reader": own, "package": os.path.realpath(package), "flag_files": list(flag_files),
             "files": {path: _stat(path) for path in _candidates(package, flag_files)}}
 
