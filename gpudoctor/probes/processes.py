@@ -29,6 +29,9 @@ Facts (source "/proc"):
 
 Anything can vanish or deny access between two reads: a process that is gone is
 counted in ``vanished``, one that cannot be read in ``unreadable``; nothing here raises.
+
+One process's reads are in procfs.py, the serving port's listeners in listeners.py; this module
+classifies, records, and finds leftover shared memory.
 """
 
 from __future__ import annotations
@@ -40,11 +43,14 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from gpudoctor.probes import host_limits
+from gpudoctor.probes.listeners import _port
+from gpudoctor.probes.procfs import COMM_LEN, SOURCE, ancestors, boot_time, clock_ticks, parse_stat, pid_namespace, read_argv, read_stat
+# Read from here by gpudoctor fix, the smoke check and the tests (their home is the module named):
+from gpudoctor.probes.listeners import listeners_netlink as listeners_netlink, listening_processes as listening_processes
+from gpudoctor.probes.listeners import matching_processes as matching_processes, parse_net_tcp as parse_net_tcp, process_name as process_name
+from gpudoctor.probes.procfs import read_uids as read_uids
 from gpudoctor.snapshot import ABSENT, ERROR, NO_PERMISSION, Fact, missing, ok
 
-SOURCE = "/proc"
-PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
-CMDLINE_LIMIT = 4096  # bytes of /proc/PID/cmdline read per process
 TITLE_LIMIT = 512  # characters of a serving process's command line kept in the snapshot
 
 # Process titles set with setproctitle: "{prefix}::{name}" (vLLM's process naming). vLLM's default
@@ -66,7 +72,6 @@ SGLANG_PREFIX = re.compile(r"^(?:sglang|sgl_diffusion)$")
 # entrypoints/cli/serve.py "APIServer_<n>", v1/engine/coordinator.py "DPCoordinator".
 VLLM_NAME = re.compile(r"EngineCore(_DP\d+)?|Worker(_(?:DP|PP|TP|PCP|DCP|EP)\d+)*|APIServer(_\d+)?|DPCoordinator")
 VLLM_STEMS = ("EngineCore", "Worker", "APIServer", "DPCoordinator")
-COMM_LEN = 15  # /proc/PID/comm keeps 15 bytes of a title
 
 # Secrets on a command line: the value after these options is masked before it is stored.
 SECRET_OPTIONS = re.compile(r"(?i)^--?(api[-_]?key|hf[-_]?token|token|password|secret)(=.*)?$")
@@ -78,110 +83,6 @@ SHM_PATTERNS = (
     (re.compile(r"^psm_[0-9a-f]{8}$"), "python_shared_memory"),
     (re.compile(r"^nccl-[\w.-]+$"), "nccl"),
 )
-
-
-# --- reading /proc ---------------------------------------------------------------------------
-class Stat:
-    """The parts of /proc/PID/stat we use."""
-
-    __slots__ = ("pid", "comm", "state", "ppid", "pgid", "sid", "flags", "start_ticks")
-
-    def __init__(self, pid: int, comm: str, state: str, ppid: int, pgid: int, sid: int, flags: int, start_ticks: int):
-        self.pid, self.comm, self.state, self.ppid = pid, comm, state, ppid
-        self.pgid, self.sid, self.flags, self.start_ticks = pgid, sid, flags, start_ticks
-
-    @property
-    def kernel_thread(self) -> bool:
-        return bool(self.flags & PF_KTHREAD) or self.pid == 2 or self.ppid == 2
-
-
-def parse_stat(pid: int, data: bytes) -> Optional[Stat]:
-    """Parse /proc/PID/stat; None for text that is not a stat line. comm may hold spaces and ')'."""
-    try:
-        open_at, close_at = data.index(b"("), data.rindex(b")")
-        comm = data[open_at + 1 : close_at].decode("utf-8", "replace")
-        rest = data[close_at + 2 :].split()
-        return Stat(pid, comm, rest[0].decode("ascii", "replace"), int(rest[1]), int(rest[2]), int(rest[3]),
-                    int(rest[6]), int(rest[19]))
-    except (ValueError, IndexError):
-        return None
-
-
-def read_stat(proc: str, pid: int) -> Optional[Stat]:
-    """One process's stat, or None when it is gone or unreadable (never raises)."""
-    try:
-        with open(f"{proc}/{pid}/stat", "rb") as handle:
-            data = handle.read(4096)
-    except OSError:
-        return None
-    return parse_stat(pid, data)
-
-
-def read_uids(proc: str, pid: int) -> Optional[Tuple[int, int, int]]:
-    """Real, effective and saved uid from /proc/PID/status (what kill(2) permission checks)."""
-    try:
-        with open(f"{proc}/{pid}/status", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"Uid:"):
-                    real, effective, saved = (int(v) for v in line.split()[1:4])
-                    return real, effective, saved
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def read_argv(proc: str, pid: int, limit: int = CMDLINE_LIMIT) -> Optional[List[str]]:
-    try:
-        with open(f"{proc}/{pid}/cmdline", "rb") as handle:
-            data = handle.read(limit)
-    except OSError:
-        return None
-    return [part.decode("utf-8", "replace") for part in data.split(b"\0") if part]
-
-
-def boot_time(proc: str) -> Optional[int]:
-    try:
-        with open(f"{proc}/stat", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"btime "):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def clock_ticks() -> int:
-    try:
-        return int(os.sysconf("SC_CLK_TCK")) or 100
-    except (ValueError, OSError, AttributeError):
-        return 100
-
-
-PROC_PID_INIT_INO = 0xEFFFFFFC  # include/linux/proc_ns.h: the inode of the initial PID namespace
-
-
-def pid_namespace(proc: str) -> Dict[str, Any]:
-    """Which PID namespace this is. NVML reports host PIDs whatever the caller's namespace
-    (NVIDIA/nvidia-docker#1483, #179), so inside a container its PIDs cannot be looked up here."""
-    try:
-        link = os.readlink(f"{proc}/self/ns/pid")  # "pid:[4026531836]"
-        inode = int(link[link.index("[") + 1 : link.index("]")])
-    except (OSError, ValueError):
-        return {"inode": None, "initial": None}
-    return {"inode": inode, "initial": inode == PROC_PID_INIT_INO}
-
-
-def ancestors(proc: str, pid: int) -> List[int]:
-    """PIDs above ``pid`` up to the namespace's root (ppid 0), read live."""
-    chain: List[int] = []
-    current = pid
-    while len(chain) < 256:
-        st = read_stat(proc, current)
-        if st is None or st.ppid <= 0 or st.ppid in chain:
-            break
-        chain.append(st.ppid)
-        current = st.ppid
-    return chain
 
 
 # --- classifying -------------------------------------------------------------------------------
@@ -372,238 +273,6 @@ def _user_names(uids: Iterable[int]) -> Dict[str, str]:
         except (KeyError, OverflowError):
             names[str(uid)] = str(uid)
     return names
-
-
-# --- the serving port ------------------------------------------------------------------------------
-def parse_net_tcp(text: str, port: Optional[int], family: int) -> List[Dict[str, Any]]:
-    """LISTEN sockets on ``port`` from /proc/net/tcp or tcp6 text (garbage lines are skipped).
-    ``port`` None: on every port, each entry with its ``port``."""
-    out = []
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) < 10 or fields[3] != "0A":  # 0A = TCP_LISTEN
-            continue
-        try:
-            address, _, port_hex = fields[1].partition(":")
-            number = int(port_hex, 16)
-            if port is not None and number != port:
-                continue
-            item = {"address": _ip(address, family), "family": family, "uid": int(fields[7]),
-                    "inode": int(fields[9]), "pids": []}
-            if port is None:
-                item["port"] = number
-            out.append(item)
-        except ValueError:
-            continue
-    return out
-
-
-def _socket_module() -> Any:
-    """The C socket module: the netlink request needs only it. ``import socket`` adds its enum
-    classes and selectors on top, 14 ms of every check's start on a 2-core machine."""
-    try:
-        import _socket
-
-        return _socket
-    except ImportError:  # a Python without it (none known): the public module has the same names
-        import socket
-
-        return socket
-
-
-def _ip(hexaddr: str, family: int) -> str:
-    """Kernel hex (host-order 32-bit words) to text."""
-    import struct
-
-    socket = _socket_module()
-
-    try:
-        words = [int(hexaddr[i : i + 8], 16) for i in range(0, len(hexaddr), 8)]
-        packed = b"".join(struct.pack("=I", word) for word in words)
-        return socket.inet_ntop(socket.AF_INET if family == 4 else socket.AF_INET6, packed)
-    except (ValueError, OSError, struct.error):
-        return hexaddr
-
-
-def socket_owners(proc: str, inodes: Set[int], candidates: Iterable[int]) -> Dict[int, List[int]]:
-    """inode -> PIDs holding it, looking only at ``candidates``' file descriptors."""
-    wanted = {f"socket:[{inode}]": inode for inode in inodes}
-    owners: Dict[int, List[int]] = {}
-    for pid in candidates:
-        fd_dir = f"{proc}/{pid}/fd"
-        try:
-            names = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for name in names:
-            try:
-                target = os.readlink(f"{fd_dir}/{name}")
-            except OSError:
-                continue
-            inode = wanted.get(target)
-            if inode is not None:
-                owners.setdefault(inode, [])
-                if pid not in owners[inode]:
-                    owners[inode].append(pid)
-    return owners
-
-
-def listeners_netlink(port: Optional[int]) -> List[Dict[str, Any]]:
-    """LISTEN sockets on ``port`` (None: every port, each entry with its ``port``) through
-    NETLINK_SOCK_DIAG (what ``ss -lt`` uses).
-
-    Asking for the LISTEN state only, the kernel walks just its listening hash: 0.2 ms,
-    where reading /proc/net/tcp + tcp6 walks the whole established-connections table
-    (262,144 buckets on a 24 GB box: 9 ms, more on big hosts). Raises OSError where netlink
-    is not available (some sandboxes); the caller then reads /proc/net/tcp.
-    """
-    import struct
-
-    socket = _socket_module()
-    out: List[Dict[str, Any]] = []
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4)  # NETLINK_SOCK_DIAG
-    try:
-        sock.settimeout(1.0)
-        for family, version in ((socket.AF_INET, 4), (socket.AF_INET6, 6)):
-            # struct inet_diag_req_v2: family, protocol, ext, pad, states (1 << TCP_LISTEN), inet_diag_sockid
-            sockid = bytes(36) + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
-            request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 1 << 10) + sockid
-            # struct nlmsghdr: length, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq, pid
-            sock.send(struct.pack("=IHHII", 16 + len(request), 20, 0x301, version, 0) + request)
-            done = False
-            while not done:
-                data = sock.recv(1 << 16)
-                if not data:
-                    break
-                offset = 0
-                while offset + 16 <= len(data):
-                    length, kind = struct.unpack_from("=IH", data, offset)
-                    if length < 16:
-                        raise OSError("bad netlink message")
-                    if kind == 3:  # NLMSG_DONE
-                        done = True
-                        break
-                    if kind == 2:  # NLMSG_ERROR
-                        code = -struct.unpack_from("=i", data, offset + 16)[0]
-                        raise OSError(code, os.strerror(code))
-                    body = offset + 16  # struct inet_diag_msg
-                    state = data[body + 1]
-                    sport = struct.unpack_from("!H", data, body + 4)[0]
-                    if state == 10 and (port is None or sport == port):
-                        raw = data[body + 8 : body + 8 + (4 if family == socket.AF_INET else 16)]
-                        uid, inode = struct.unpack_from("=II", data, body + 64)
-                        item = {"address": socket.inet_ntop(family, raw), "family": version, "uid": uid,
-                                "inode": inode, "pids": []}
-                        if port is None:
-                            item["port"] = sport
-                        out.append(item)
-                    offset += (length + 3) & ~3
-    finally:
-        sock.close()
-    return out
-
-
-def read_listeners(ctx, port: Optional[int]) -> Optional[Tuple[List[Dict[str, Any]], str]]:
-    """(LISTEN sockets on ``port``, where they were read): netlink on the live root, else
-    ``ROOT/proc/net/tcp`` and ``tcp6``; None when neither can be read. ``port`` None: every port."""
-    proc = ctx.path("/proc")
-    try:
-        if not ctx.live:
-            raise OSError("fake root: read its proc/net/tcp")
-        return listeners_netlink(port), "netlink sock_diag"
-    except (OSError, ValueError, IndexError, AttributeError):
-        listeners: List[Dict[str, Any]] = []
-        read_any = False
-        for name, family in (("tcp", 4), ("tcp6", 6)):
-            text = ctx.read_text(f"/proc/net/{name}", limit=64 << 20)
-            if text is None:
-                continue
-            read_any = True
-            listeners.extend(parse_net_tcp(text, port, family))
-        return (listeners, f"{proc}/net/tcp") if read_any else None
-
-
-def _port(ctx, proc: str, index: Dict[str, List[Any]], serving: List[Dict[str, Any]]) -> Fact:
-    port = int(getattr(ctx, "port", 8000) or 8000)
-    read = read_listeners(ctx, port)
-    if read is None:
-        return missing(ABSENT, f"cannot read {proc}/net/tcp", SOURCE, value={"port": port})
-    listeners, source = read
-    if listeners:
-        # The socket's uid says whose process holds it: look at that user's processes first
-        # (serving ones before the rest), instead of every file descriptor on the machine.
-        socket_uids = {item["uid"] for item in listeners}
-        serving_pids = [r["pid"] for r in serving]
-        others = [int(pid) for pid, row in index.items() if row[1] in socket_uids and int(pid) not in serving_pids]
-        owners = socket_owners(proc, {item["inode"] for item in listeners}, serving_pids + others)
-        for item in listeners:
-            item["pids"] = sorted(owners.get(item["inode"], []))
-    return ok({"port": port, "listeners": listeners}, f"{source}, {proc}/PID/fd")
-
-
-# --- the same scan for the smoke check: who holds a port, which processes serve ---------------------
-def listening_processes(port: Optional[int], ctx=None) -> List[Dict[str, Any]]:
-    """LISTEN sockets of this machine on ``port`` (None: every port, each with its ``port``) and the
-    PIDs holding each (``pids``), read as ``processes.port`` reads them. Only file descriptors we
-    may read are seen: another user's socket has no PIDs unless gpudoctor runs as root."""
-    if ctx is None:
-        from gpudoctor.probes import Context
-
-        ctx = Context(environ={})
-    proc = ctx.path("/proc")
-    read = read_listeners(ctx, port)
-    listeners = read[0] if read is not None else []
-    if not listeners:
-        return listeners
-    uids = {item["uid"] for item in listeners}
-    candidates = []
-    for pid in _pids(proc):
-        try:
-            if os.stat(f"{proc}/{pid}").st_uid in uids:
-                candidates.append(pid)
-        except OSError:
-            continue
-    owners = socket_owners(proc, {item["inode"] for item in listeners}, candidates)
-    for item in listeners:
-        item["pids"] = sorted(owners.get(item["inode"], []))
-    return listeners
-
-
-def matching_processes(pattern: "re.Pattern[str]", limit: int, proc: str = "/proc") -> List[int]:
-    """PIDs (ascending, at most ``limit``) whose command line, or else name, matches ``pattern``;
-    never the doctor itself."""
-    me = os.getpid()
-    found: List[int] = []
-    for pid in _pids(proc):
-        if pid == me:
-            continue
-        argv = read_argv(proc, pid)
-        text = " ".join(argv or []) or process_name(pid, proc) or ""
-        if text and pattern.search(text):
-            found.append(pid)
-            if len(found) >= limit:
-                break
-    return found
-
-
-def process_name(pid: int, proc: str = "/proc") -> Optional[str]:
-    """The process name as ps shows it: ``comm``, completed from argv[0] when the kernel cut it at 15 bytes."""
-    st = read_stat(proc, pid)
-    if st is None:
-        return None
-    if len(st.comm) >= COMM_LEN:
-        argv = read_argv(proc, pid) or []
-        base = os.path.basename(argv[0]) if argv else ""
-        if base.startswith(st.comm):
-            return base
-    return st.comm
-
-
-def _pids(proc: str) -> List[int]:
-    try:
-        return sorted(int(name) for name in os.listdir(proc) if name.isdigit())
-    except OSError:
-        return []
 
 
 # --- leftover shared memory -----------------------------------------------------------------------
