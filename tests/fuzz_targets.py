@@ -146,11 +146,11 @@ def _launch(data: bytes):
 
 
 def _command_lines(data: bytes):
-    from gpudoctor.probes.launch import parser
+    from gpudoctor.probes.launch import command_file, parser
 
     variables = {}
     for line in _text(data).splitlines()[:200]:
-        words = parser._split(parser._expand(line, variables, set()))
+        words = command_file._split(command_file._expand(line, variables, set()))
         for word in words:
             if parser._ASSIGNMENT.match(word):
                 name, _, value = word.partition("=")

@@ -23,6 +23,7 @@ import pytest
 
 from gpudoctor import bounded, runner
 from gpudoctor.cli import main
+from gpudoctor.probes.launch import command_file
 from gpudoctor.probes.launch import parser as launch_parser
 from gpudoctor.probes import pyenv, vllm_build
 from gpudoctor.probes.cuda import toolkit_version_file
@@ -239,29 +240,29 @@ def test_exponential_variable_expansion_finishes(tmp_path):
     path = tmp_path / "exp.sh"
     path.write_text("A=x\n" + "A=$A$A\n" * 42 + "vllm serve m --served-model-name $A\n")
     try:
-        argv, _, _, _ = launch_parser.read_command_file(str(path), {})
+        argv, _, _, _ = command_file.read_command_file(str(path), {})
     except launch_parser.CommandFileError as exc:
         assert "KiB" in str(exc)
     else:
-        assert len(" ".join(argv)) <= launch_parser.MAX_EXPANDED + 100
+        assert len(" ".join(argv)) <= command_file.MAX_EXPANDED + 100
 
 
 def test_a_one_mib_line_finishes(tmp_path):
     path = tmp_path / "big.sh"
     path.write_text("vllm serve m --served-model-name " + "a" * ((1 << 20) - 100) + "\n")
-    argv, _, _, _ = launch_parser.read_command_file(str(path), {})
+    argv, _, _, _ = command_file.read_command_file(str(path), {})
     assert argv[:3] == ["vllm", "serve", "m"]
     quoted = tmp_path / "quoted.sh"
     quoted.write_text("vllm serve m --served-model-name '" + "a" * ((1 << 20) - 100) + "'\n")
     with pytest.raises(launch_parser.CommandFileError, match="KiB"):
-        launch_parser.read_command_file(str(quoted), {})
+        command_file.read_command_file(str(quoted), {})
 
 
 def test_split_agrees_with_shlex_on_plain_lines():
     import shlex
 
     for line in ["vllm serve m --tp 2", "  a\tb  c ", "x=1 y=2 vllm serve", "a\u00a0b c"]:
-        assert launch_parser._split(line) == shlex.split(line, comments=True, posix=True)
+        assert command_file._split(line) == shlex.split(line, comments=True, posix=True)
 
 
 # --- environment trees -----------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 import pytest
 
 from gpudoctor.probes.launch import parser
-from gpudoctor.probes.launch.parser import FlagTable, parse, read_command_file, typed_options
+from gpudoctor.probes.launch.command_file import read_command_file
+from gpudoctor.probes.launch.parser import FlagTable, parse, typed_options
 from gpudoctor.probes.launch.vllm_values import human_readable_int as human_int
 
 JSON_SPEC = '{"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16", "num_speculative_tokens": 15}'

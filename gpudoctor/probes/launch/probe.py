@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gpudoctor.probes.launch import model as model_mod
-from gpudoctor.probes.launch import parser, vllm_source
+from gpudoctor.probes.launch import command_file, parser, vllm_source
 from gpudoctor.snapshot import ABSENT, ERROR, OK, Fact, missing, ok
 
 SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password")
@@ -184,7 +184,7 @@ def read_command(argv: Optional[Sequence[str]] = None, from_file: Optional[str] 
                  environ: Optional[Dict[str, str]] = None) -> Command:
     """The command from argv or from a file (its first vLLM launch). Raises parser.CommandFileError only."""
     if from_file is not None:
-        file_argv, script_env, source, notes = parser.read_command_file(from_file, dict(environ if environ is not None else os.environ))
+        file_argv, script_env, source, notes = command_file.read_command_file(from_file, dict(environ if environ is not None else os.environ))
         return Command(list(file_argv), source, script_env, notes)
     return Command(list(argv or []))
 
