@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudoctor.probes import gitfiles
 from gpudoctor.probes import vllm_build as probe
 from gpudoctor.render import headlines
 from helpers import findings, outcome
@@ -219,8 +220,8 @@ def test_index_reader_refuses_garbage(tmp_path):
     for data in (b"", b"XXXX", b"DIRC\x00\x00\x00\x07\x00\x00\x00\x00", b"DIRC\x00\x00\x00\x02\x00\x00\x00\x05"):
         (tmp_path / "index").write_bytes(data)
         with pytest.raises((ValueError, IndexError, struct.error)):
-            probe.read_index(str(tmp_path / "index"))
-    state = probe.dirty_state(str(tmp_path), str(tmp_path), deadline=1e18)
+            gitfiles.read_index(str(tmp_path / "index"))
+    state = gitfiles.dirty_state(str(tmp_path), str(tmp_path), deadline=1e18)
     assert state["state"] == "unknown" and "cannot read .git/index" in state["detail"]
 
 
