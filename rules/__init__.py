@@ -1,8 +1,9 @@
 """gpudoctor's rule catalogue (installed as ``gpudoctor_rules``).
 
-One module per area. To add a rule, add a function decorated with ``@rule`` to the
-module of its area (see gpudoctor/rule.py for the contract); to add an area, add its
-module name here.
+One module per area, or a few split by job (cuda and cuda_toolkit, server and
+server_features). To add a rule, add a function decorated with ``@rule`` to the module of
+its area (see gpudoctor/rule.py for the contract); to add an area or a module of rules, add
+its name here.
 """
 
 import importlib

@@ -15,9 +15,10 @@ import pytest
 
 from test_registry import REPO, imports
 
-MAX_LINES = 800
-# Modules over MAX_LINES that other work owns today; this list may only shrink.
-OVER_SIZE: Set[str] = set()
+MAX_LINES = 600
+# Modules over MAX_LINES today (the Python-environment child's core and explain, which other work
+# reshapes); this list may only shrink.
+OVER_SIZE: Set[str] = {"gpudoctor/explain.py", "gpudoctor/probes/fatbin.py", "gpudoctor/probes/kernel_scan.py", "gpudoctor/probes/pyenv.py"}
 
 
 def module_name(path: Path) -> str:
@@ -215,7 +216,7 @@ def test_the_scan_covers_every_package():
     assert "gpudoctor_rules.launch.memory" in GRAPH and "gpudoctor_rules.launch.common" in GRAPH["gpudoctor_rules.launch.memory"]
 
 
-def test_no_module_is_over_800_lines():
+def test_no_module_is_over_600_lines():
     sizes = {str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines()) for p in FILES}
     over = {path for path, lines in sizes.items() if lines > MAX_LINES}
     assert over <= OVER_SIZE, f"modules over {MAX_LINES} lines: {sorted(over - OVER_SIZE)} (split by concern)"
