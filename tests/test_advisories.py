@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from gpudoctor.probes import vllm_build as probe
+from gpudoctor.probes import gitfiles
 from gpudoctor.snapshot import Fact, Snapshot
 from gpudoctor.knowledge import advisories
 from gpudoctor.knowledge.advisories import Advisory, advisories_for, probe_options
@@ -186,7 +186,7 @@ def commit_advisory(sha, merged="2026-05-20"):
 
 def test_commit_ancestry_in_an_editable_checkout(site, tmp_path):
     repo, shas = history_repo(tmp_path)
-    store = probe.GitObjects(str(repo / ".git"))
+    store = gitfiles.GitObjects(str(repo / ".git"))
     for sha in git(repo, "rev-list", "--all").split():
         kind, body = store.read(sha)
         assert kind == "commit" and body.decode() == git(repo, "cat-file", "commit", sha) + "\n"
@@ -208,7 +208,7 @@ def test_commit_ancestry_in_an_editable_checkout(site, tmp_path):
 
 def test_commit_newer_than_head_stops_the_walk_early(site, tmp_path):
     repo, shas = history_repo(tmp_path)  # HEAD is dated 2026-05-21, the side commit 2026-06-01
-    result = probe.contains_commit(str(repo / ".git"), git(repo, "rev-parse", "HEAD"), shas["side"][:10], None, time.monotonic() + 5)
+    result = gitfiles.contains_commit(str(repo / ".git"), git(repo, "rev-parse", "HEAD"), shas["side"][:10], None, time.monotonic() + 5)
     assert result == {"state": "no", "visited": 0, "detail": "walked back past the commit's date"}
 
 
@@ -239,7 +239,7 @@ def test_git_install_without_checkout_cannot_tell(site):
 def test_apply_delta_copy_and_insert():
     base = b"0123456789abcdef"
     delta = bytes([16, 9]) + bytes([0x91, 2, 4]) + bytes([3]) + b"XYZ" + bytes([0x90, 2])
-    assert probe.apply_delta(base, delta) == b"2345XYZ01"
+    assert gitfiles.apply_delta(base, delta) == b"2345XYZ01"
 
 
 # --- the interface the launch checks use -------------------------------------------------------------
