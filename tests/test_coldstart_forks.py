@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from gpudoctor.probes import coldstart, fatbin, forks, kernel_scan, pyenv, scancache
+from gpudoctor.probes import coldstart, dist_records, fatbin, forks, kernel_scan, pyenv, scancache
 from helpers import reaped
 from test_coldstart import REAL, _many_containers
 from test_pystack_env import SM80_SM90_PTX90, SM86, SitePackages
@@ -172,7 +172,7 @@ def test_a_first_runs_records_are_parsed_in_forks_as_here(tmp_path, four_cpus, m
     record = site.path / "pkg3-1.0.dist-info" / "RECORD"
     record.write_text(record.read_text() + '"pkg3/odd,name.so",sha256=x,1\n')
     first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
-    monkeypatch.setattr(kernel_scan, "RECORDS_PER_WORKER", 4)
+    monkeypatch.setattr(dist_records, "RECORDS_PER_WORKER", 4)
     made: List = []
     _after(monkeypatch, "spawn", made.append)
     cache = scancache.ScanCache(str(tmp_path / "cache"))

@@ -21,7 +21,7 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from gpudoctor import bounded, runner
-from gpudoctor.probes import coldstart, elf, fatbin, flash_attn, forks, gitfiles, kernel_scan, pyenv, scancache, sglang_kernels, torch_links, vllm_build, vllm_kernels
+from gpudoctor.probes import coldstart, dist_records, elf, fatbin, flash_attn, forks, gitfiles, kernel_scan, pyenv, scancache, sglang_kernels, torch_links, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
@@ -112,6 +112,7 @@ _load("gpudoctor_forks", {forks})
 _load("gpudoctor_coldstart", {coldstart})
 _pyenv = _load("gpudoctor_pyenv", {pyenv})
 _scancache = _load("gpudoctor_scancache", {scancache})
+_load("gpudoctor_dist_records", {dist_records})
 _kernel_scan = _load("gpudoctor_kernel_scan", {kernel_scan})
 _load("gpudoctor_torch_links", {torch_links})
 _vk = {vllm_kernels}
@@ -134,12 +135,12 @@ def _source(module) -> str:
 
 
 def bootstrap(environ=None) -> str:
-    """The ``-c`` program: the stdlib probe modules (elf, fatbin, forks, coldstart, pyenv, scancache, kernel_scan; flash_attn,
+    """The ``-c`` program: the stdlib probe modules (elf, fatbin, forks, coldstart, pyenv, scancache, dist_records, kernel_scan; flash_attn,
     vllm_build with gitfiles, vllm_kernels and sglang_kernels when needed) as modules, then pyenv.main."""
     where = scancache.cache_dir(os.environ if environ is None else environ)
     code_dir = os.path.join(where, "probe-code") if where else ""
     return _BOOTSTRAP.format(code_dir=ascii(code_dir), elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)),
-                             forks=ascii(_source(forks)), coldstart=ascii(_source(coldstart)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)),
+                             forks=ascii(_source(forks)), coldstart=ascii(_source(coldstart)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)), dist_records=ascii(_source(dist_records)),
                              kernel_scan=ascii(_source(kernel_scan)), torch_links=ascii(_source(torch_links)),
                              flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)), gitfiles=ascii(_source(gitfiles)),
                              vllm_kernels=ascii(_source(vllm_kernels)), sglang_kernels=ascii(_source(sglang_kernels)),
@@ -149,7 +150,8 @@ def bootstrap(environ=None) -> str:
 
 # The modules of _BOOTSTRAP, by the names it loads them under.
 _BOOTSTRAPPED = (("gpudoctor_elf", elf), ("gpudoctor_fatbin", fatbin), ("gpudoctor_forks", forks), ("gpudoctor_coldstart", coldstart),
-                 ("gpudoctor_pyenv", pyenv), ("gpudoctor_scancache", scancache), ("gpudoctor_kernel_scan", kernel_scan),
+                 ("gpudoctor_pyenv", pyenv), ("gpudoctor_scancache", scancache), ("gpudoctor_dist_records", dist_records),
+                 ("gpudoctor_kernel_scan", kernel_scan),
                  ("gpudoctor_torch_links", torch_links), ("gpudoctor_flash_attn", flash_attn), ("gpudoctor_vllm_build", vllm_build),
                  ("gpudoctor_gitfiles", gitfiles),
                  ("gpudoctor_vllm_kernels", vllm_kernels), ("gpudoctor_sglang_kernels", sglang_kernels))
