@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import explain
+from gpudoctor import explain, registry
 from gpudoctor.knowledge import signatures_fabric as fabric
 from gpudoctor.knowledge import xid
 from gpudoctor.snapshot import Snapshot
@@ -57,11 +57,22 @@ def snapshot(name="h200x2.json", **facts):
         ("abi-sgl-kernel-13948", "SIG-torch-extension-undefined-symbol"),  # _ZNK3c10…: a const member
         ("nvrtc-sgl-kernel-29646", "SIG-cuda-runtime-library-missing"),
         ("kv-sglang-36260", "SIG-kv-cache-no-room"),
+        ("nccl-sym-returnn-1802", "SIG-nccl-symbol-missing"),
+        ("nccl-sym-vllm-4195", "SIG-nccl-symbol-missing"),  # the title's lowercase ncclcommregister
+        ("nccl-sym-pytorch-186591", "SIG-nccl-symbol-missing"),  # no colon after "symbol"
+        ("nccl-sym-nccl-1784", "SIG-nccl-symbol-missing"),  # the symbol in quotes
     ],
 )
 def test_real_texts_are_answered_by_their_signature(record_id, signature_id):
     diagnosis = diagnose(corpus_text(record_id))
     assert diagnosis.root is not None and diagnosis.root.signature.id == signature_id, [m.signature.id for m in diagnosis.matches]
+
+
+def test_nccl_symbol_mismatch_is_confirmed_by_a_second_nccl_wheel():
+    sig = explain.find_signature("SIG-nccl-symbol-missing")
+    specs = {meta.id for meta in explain.resolve_confirm_rules(sig.confirm_rules, registry.load_rules())[0]}
+    assert specs == {"GD503", "GD504", "GD207"}
+    assert explain.finding_filters(sig.confirm_rules)["GD504"].search("nvidia-nccl-cu11 and nvidia-nccl-cu12 are both installed")
 
 
 def test_the_details_carry_the_numbers_of_the_text():
@@ -107,6 +118,10 @@ def test_a_symptom_gives_way_to_the_cause_printed_with_it():
          "with NCCL_IGNORE_DISABLED_P2P=1.", "gpu_peer_access_unsupported"),
         # a torch C++ symbol is the torch ABI, not the driver (agentica-project/rllm#8)
         ("ImportError: common_ops.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEa", "driver_too_old"),
+        # a CUDA runtime symbol (cuda…) is not a driver API symbol (cu + a capital), whatever the case of the pattern
+        ("ImportError: libtorch_cuda.so: undefined symbol: cudaGetDriverEntryPointByVersion, version libcudart.so.12", "driver_too_old"),
+        # NCCL's version banner of a healthy start (sgl-project/sglang#1509)
+        ("[19:01:01 TP0] Init nccl begin.\nNCCL version 2.20.5+cuda12.4", "nccl_version_mismatch"),
         # ColossalAI's own divide(): not the ensure_divisibility of SGLang/vLLM (hpcaitech/ColossalAI#3043)
         ("    assert numerator % denominator == 0, \\\nAssertionError: 96 is not divisible by 64", "tp_size_not_divisible"),
         # SGLang's healthy start-up (sgl-project/sglang#1751)

@@ -73,6 +73,35 @@ FABRIC = (
         "facts": ["gpu.*.name", "gpu.pairs", "env.NCCL_P2P_DISABLE", "env.CUDA_VISIBLE_DEVICES"],
     },
     {
+        "id": "SIG-nccl-symbol-missing",
+        "key": "nccl_version_mismatch",
+        "title": "torch loads an older NCCL than it was built for (undefined symbol: nccl…)",
+        "patterns": [r"undefined symbol:?\s*\"?(?P<symbol>(?-i:nccl[A-Z])\w+)", r"undefined symbol:?\s*ncclcommregister\b"],
+        "cause": (
+            "libtorch_cuda.so (or another binary using NCCL) calls an NCCL function that the libnccl.so.2 loaded first "
+            "does not have: a second, older NCCL is found before the one torch requires: the nvidia-nccl wheel of another "
+            "CUDA major (cu11 beside cu12, cu12 beside cu13), a system or conda libnccl on LD_LIBRARY_PATH, or an "
+            "nvidia-nccl-cuXX pinned below torch's requirement."
+        ),
+        "fix": (
+            "Keep one NCCL, the nvidia-nccl-cuXX version the installed torch requires; remove the other only when no "
+            "installed package requires it (pip show -R), and take system or conda NCCL directories off LD_LIBRARY_PATH."
+        ),
+        "commands": [
+            "python3 -m pip list 2>/dev/null | grep -iE '^(torch|nvidia-nccl)'",
+            "python3 -m pip show torch | grep -i '^requires'",
+            "echo \"$LD_LIBRARY_PATH\"; ldconfig -p | grep libnccl",
+        ],
+        "thread_fixes": [
+            {"fix": "maintainer: nvidia-nccl-cu12 and nvidia-nccl-cu13 were both installed; uninstall nvidia-nccl-cu12", "url": "https://github.com/pytorch/pytorch/issues/186591"},
+            {"fix": "maintainer: torch 2.2 beside nvidia-nccl-cu12 2.18 (an older NCCL than torch needs)", "url": "https://github.com/vllm-project/vllm/issues/4195"},
+            {"fix": "maintainer: another package provided an incompatible NCCL; remove it (or use torch 2.1.2)", "url": "https://github.com/pytorch/pytorch/issues/119932"},
+        ],
+        "sources": ["pytorch/pytorch#186591", "vllm-project/vllm#4195", "pytorch/pytorch#119932", "rwth-i6/returnn#1802", "NVIDIA/nccl#1784"],
+        "confirm_rules": ["GD503:nccl", "GD504:nccl", "GD207"],
+        "facts": ["torch.version", "env.LD_LIBRARY_PATH"],
+    },
+    {
         "id": "SIG-xid-fell-off-bus",
         "key": "gpu_fell_off_bus",
         "title": "Kernel log: a GPU has fallen off the bus (Xid 79)",

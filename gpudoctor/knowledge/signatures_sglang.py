@@ -35,7 +35,8 @@ SGLANG = (
         "id": "SIG-driver-api-symbol-missing",
         "key": "driver_too_old",
         "title": "A binary calls a CUDA driver function the installed driver lacks (undefined symbol: cu…)",
-        "patterns": [r"undefined symbol:?\s*(?P<symbol>cu[A-Z]\w+)"],
+        # case-sensitive "cu" + a capital: the driver API (cuGreenCtxDestroy), not the runtime's cudaXxx (patterns run with re.I)
+        "patterns": [r"undefined symbol:?\s*(?P<symbol>(?-i:cu[A-Z])\w+)"],
         "cause": (
             "The binary (sgl-kernel's common_ops, an attention kernel) was built for a newer CUDA and calls a driver API "
             "function (cu…, exported by libcuda.so, the driver) that the installed NVIDIA driver does not have: the "
