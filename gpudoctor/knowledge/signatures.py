@@ -36,8 +36,10 @@ This module is data. Each entry of ``SIGNATURES`` is a plain dict:
 - ``facts``: fact paths (``*`` matches one path segment) shown as context on this machine.
 
 The entries are split by concern: this module (driver, CUDA runtime, GPU, memory, shared
-memory, ports), signatures_build.py (ABI symbols, flash-attn, xformers, nvcc, libraries) and
-signatures_serving.py (OOM, launch arguments, models, containers, clusters, symptoms). On one
+memory, ports), signatures_build.py (ABI symbols, flash-attn, xformers, nvcc, libraries),
+signatures_serving.py (OOM, launch arguments, models, containers, clusters, symptoms),
+signatures_more.py (late causes), signatures_fabric.py (GPU peer access, NCCL, kernel-log Xid lines)
+and signatures_sglang.py (SGLang start-up). On one
 line, the earlier entry of SIGNATURES wins a tie; ``superseded_by`` settles the rest.
 The matching and the confirmation live in gpudoctor/explain.py.
 """
@@ -312,13 +314,18 @@ SIGNATURES = (
             r"# GPU blocks: 0\b",
             r"max seq len \((?P<max_seq_len>\d+)\) is larger than the maximum number of tokens that can be stored in KV cache",
             r"Not enough memory\. Please try to increase --mem-fraction-static",  # SGLang's wording
+            r"Not enough memory to allocate KV cache",  # SGLang since sgl-project/sglang#23181
+            r"Loaded weights leave no GPU memory for the KV cache",  # SGLang (sgl-project/sglang#36260)
         ],
         "cause": (
             "After weights, activations and CUDA graphs there is no room for the KV cache within the memory "
             "budget: a small GPU, other processes holding memory, a large draft model for speculative "
             "decoding, or a too-long --max-model-len."
         ),
-        "fix": "Raise --gpu-memory-utilization (if the GPU is free), lower --max-model-len / --max-num-seqs, quantize, or free the GPU.",
+        "fix": (
+            "Raise --gpu-memory-utilization (if the GPU is free), lower --max-model-len / --max-num-seqs, quantize, or free "
+            "the GPU. SGLang: raise --mem-fraction-static (a big model leaves the KV pool no room), or lower --context-length."
+        ),
         "commands": ["nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"],
         "thread_fixes": [
             {"fix": "maintainer: raise --gpu-memory-utilization (0.03-0.4 was too low for Qwen2.5-0.5B; 0.5-0.6 works)", "url": "https://github.com/vllm-project/vllm/issues/10439"},
@@ -566,5 +573,7 @@ SIGNATURES = (
 from .signatures_build import BUILD  # noqa: E402  (data of the same format, by concern)
 from .signatures_serving import SERVING  # noqa: E402
 from .signatures_more import MORE  # noqa: E402
+from .signatures_fabric import FABRIC  # noqa: E402
+from .signatures_sglang import SGLANG  # noqa: E402
 
-SIGNATURES = SIGNATURES + BUILD + SERVING + MORE
+SIGNATURES = SIGNATURES + BUILD + SERVING + MORE + FABRIC + SGLANG

@@ -74,7 +74,7 @@ BUILD = (
         "key": "torch_abi_undefined_symbol",
         "title": "A compiled extension was built against another torch (undefined symbol _ZN3c10… / _ZN2at…)",
         "patterns": [
-            r"undefined symbol:?\s*(?P<symbol>_ZN(?:3c10|2at|5torch)[\w.@$]*)",
+            r"undefined symbol:?\s*(?P<symbol>_ZNK?(?:3c10|2at|5torch)[\w.@$]*)",  # _ZNK: a const member (c10::SymInt::sym_ne)
             # macOS (dyld) words it differently and adds a leading underscore
             r"Symbol not found:\s*'?(?P<symbol>__ZN(?:3c10|2at|5torch)[\w.@$]*)",
             r"symbol not found in flat namespace\s*'(?P<symbol>__ZN(?:3c10|2at|5torch)[\w.@$]*)'",

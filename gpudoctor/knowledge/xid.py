@@ -19,7 +19,7 @@ this table is shown with its number and a pointer to the catalog.
 from __future__ import annotations
 
 import re
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 
@@ -70,7 +70,13 @@ XIDS: Dict[int, Tuple[str, str]] = {
 }
 
 # "NVRM: Xid (PCI:0000:10:00): 79, pid=0, GPU has fallen off the bus." (also without "PCI:")
-LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (\d{1,4}),\s*(.*)")
+PCI = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
+LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(" + PCI + r")\): (\d{1,4}),\s*(.*)")
+
+
+def line_pattern(codes: Iterable[int]) -> str:
+    """A regex for the Xid lines of ``codes`` (explain's signatures), the code in group ``xid``."""
+    return r"NVRM: Xid \((?:PCI:)?" + PCI + r"\): (?P<xid>" + "|".join(str(c) for c in sorted(codes)) + r"),"
 
 
 def describe(code: int) -> Tuple[str, str]:
