@@ -96,7 +96,8 @@ def _sha256(path: str) -> str:
 class Stash:
     """Every file of one distribution kept aside (hard links, or copies), with its hash and mode."""
 
-    def __init__(self, location: str, files: Sequence[str]):
+    def __init__(self, location: str, files: Sequence[str], label: str = ""):
+        self.label = label  # "flash-attn-4 4.0.0b36": what a later `fix` names when it finds the stash left over
         try:  # beside site-packages, on its filesystem (hard links, and never importable)
             self.root = tempfile.mkdtemp(prefix=STASH_PREFIX, dir=os.path.dirname(location.rstrip(os.sep)) or location)
         except OSError:
@@ -113,7 +114,7 @@ class Stash:
                     shutil.copy2(path, kept)
                 self.entries.append({"path": path, "kept": kept, "sha256": _sha256(kept), "mode": os.stat(path).st_mode & 0o7777})
             with open(os.path.join(self.root, "manifest.json"), "w", encoding="utf-8") as handle:
-                json.dump(self.entries, handle)  # a later `fix` can read what a killed one kept
+                json.dump({"label": label, "entries": self.entries}, handle)  # a later `fix` restores what a killed one kept
         except BaseException:
             shutil.rmtree(self.root, ignore_errors=True)
             raise
@@ -190,7 +191,7 @@ def apply(action: StackAction, state: Dict[str, Any], run: Callable[..., Any],
     before = dist_state.import_failures(action.python, touched, run=run)  # what already failed is not this change's doing
     if before is None:
         return Result(FAILED, f"the import test in a child of {action.python} did not answer: nothing was changed")
-    stash = Stash(str(state["location"]), state.get("files") or [])
+    stash = Stash(str(state["location"]), state.get("files") or [], f"{action.dist} {action.version}")
     say(f"kept {len(stash.entries)} file(s) of {action.dist} aside in {stash.root}")
     try:
         done = run(action.argv, timeout=PIP_TIMEOUT)
@@ -237,3 +238,47 @@ def _problem(action: StackAction, done: Any, run: Callable[..., Any], location: 
         name, error = next(iter(broken.items()))
         return f"import {name} fails afterwards (it imported before): {error}"
     return ""
+
+
+# --- a stash a killed `fix` left behind ----------------------------------------------------------
+@dataclass
+class Leftover:
+    root: str
+    label: str
+    entries: List[Dict[str, Any]]
+
+    def describe(self) -> str:
+        return f"restore {self.label or 'a distribution'} ({len(self.entries)} files kept in {self.root} by an interrupted gpudoctor fix)"
+
+    def restore(self) -> List[str]:
+        stash = Stash.__new__(Stash)
+        stash.root, stash.label, stash.entries = self.root, self.label, self.entries
+        with _no_interrupts():
+            bad = stash.restore()
+        if not bad:
+            stash.drop()
+        return bad
+
+
+def leftovers(site_dirs: Sequence[str]) -> List[Leftover]:
+    """The stashes beside these site-packages folders. One without a manifest was cut short while
+    it was being made, before pip ran: nothing was changed, so it is removed here."""
+    found = []
+    for parent in sorted({os.path.dirname(str(d).rstrip(os.sep)) for d in site_dirs if d} | {str(d) for d in site_dirs if d}):
+        for name in sorted(_listdir(parent)):
+            root = os.path.join(parent, name)
+            if not name.startswith(STASH_PREFIX) or not os.path.isdir(root) or os.path.islink(root):
+                continue
+            try:
+                with open(os.path.join(root, "manifest.json"), encoding="utf-8") as handle:
+                    data = json.load(handle)
+            except FileNotFoundError:
+                shutil.rmtree(root, ignore_errors=True)
+                continue
+            except (OSError, ValueError):
+                continue  # unreadable: left for a person, never guessed at
+            entries = data.get("entries") if isinstance(data, dict) else None
+            if isinstance(entries, list) and all(isinstance(e, dict) and {"path", "kept", "sha256", "mode"} <= set(e)
+                                                 and os.path.dirname(str(e["kept"])) == root for e in entries):
+                found.append(Leftover(root, str(data.get("label") or ""), entries))
+    return found

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import subprocess
+import tempfile
 import sys
 import zipfile
 from pathlib import Path
@@ -306,3 +307,28 @@ def test_dist_state_reads_record_files_and_requirers(venv, tmp_path):
     assert os.path.join(site, "flash_attn", "cute", "interface.py") in files
     assert os.path.join(site, "flash_attn_4-4.0.0b36.dist-info", "RECORD") in files
     assert dist_state.read(str(tmp_path / "missing-python"), "x", run=runner.run)["error"]
+
+
+def test_the_next_fix_restores_what_a_killed_one_left(venv, tmp_path):
+    """A fix killed after pip removed the files (SIGKILL: no handler ran) leaves its stash; the next
+    `fix` lists it, a dry run keeps it, and `--yes` puts every file back byte-identical."""
+    pip_install(venv, fa4_wheel(tmp_path))
+    site = site_packages(venv)
+    before = tree(site)
+    seen = stack_fix.check(_action(venv), runner.run)
+    stash_fix = stack_fix.Stash(str(site), (seen.state or {})["files"], "flash-attn-4 4.0.0b36")
+    subprocess.run([python_of(venv), "-m", "pip", "uninstall", "-q", "-y", "flash-attn-4"], check=True, capture_output=True)
+    assert tree(site) != before
+    plan = gpudoctor("fix", "--python", python_of(venv), "--gpu", "A100", "--select", "GD601", "--format", "json")
+    [left] = json.loads(plan.stdout)["leftover_stashes"]
+    assert left == {"stash": stash_fix.root, "label": "flash-attn-4 4.0.0b36", "files": len(stash_fix.entries)} and plan.returncode == 1
+    dry = gpudoctor("fix", "--python", python_of(venv), "--gpu", "A100", "--select", "GD601")
+    assert "restore flash-attn-4 4.0.0b36 (" in dry.stdout and "dry run: nothing was restored" in dry.stdout and dry.returncode == 1
+    done = gpudoctor("fix", "--python", python_of(venv), "--gpu", "A100", "--select", "GD601", "--yes")
+    assert "done: restore flash-attn-4 4.0.0b36" in done.stdout and "every file put back, SHA-256 checked" in done.stdout, done.stdout
+    assert done.returncode == 0
+    assert tree(site) == before and not os.path.exists(stash_fix.root)
+    assert set(record_state(site, "flash_attn_4-4.0.0b36.dist-info").values()) <= {"ok", "exists"}
+    # a stash cut short before its manifest (pip never ran) is simply removed
+    half = Path(tempfile.mkdtemp(prefix=stack_fix.STASH_PREFIX, dir=str(site.parent)))
+    assert stack_fix.leftovers([str(site)]) == [] and not half.exists()

@@ -64,8 +64,13 @@ def run(args, io: IO) -> int:
         return _verdict(machine, action, allow_system=args.yes)
 
     result, planned = check()
+    stale = _leftovers(result.snapshot)
     if args.format == "json":
-        return _print_plan(planned, verdict, io)
+        return _print_plan(planned, verdict, io, stale)
+    if stale:
+        trouble = _offer_leftovers(stale, args, interactive, io, say)
+        if not trouble:
+            result, planned = check()  # the environment is as it was before the interrupted fix: judge it again
     for round_number in range(1, MAX_ROUNDS + 1):
         todo = [p for p in planned if p.action.key not in attempted]
         if not todo:
@@ -154,7 +159,38 @@ def _apply_stack(action, allow_system: bool, say) -> bool:
     return result.status != stack_fix.DONE
 
 
-def _print_plan(planned, verdict, io: IO) -> int:
+def _leftovers(snapshot):
+    """Stashes an interrupted `fix` left beside the checked environment's site-packages."""
+    from gpudoctor import stack_fix
+
+    paths = snapshot.value("python.sys_path")
+    sites = [str(p) for p in paths if str(p).endswith(("site-packages", "dist-packages"))] if isinstance(paths, list) else []
+    return stack_fix.leftovers(sites)
+
+
+def _offer_leftovers(stale, args, interactive: bool, io: IO, say) -> bool:
+    """Offer to put back what an interrupted fix kept aside; True while any is left."""
+    say(f"gpudoctor fix: {len(stale)} change(s) an interrupted gpudoctor fix left half-done:")
+    for leftover in stale:
+        say(f"  - {leftover.describe()}")
+    if args.dry_run or (not args.yes and not interactive):
+        say("dry run: nothing was restored. Run `gpudoctor fix --yes` to restore.")
+        return True
+    if not args.yes and not _confirm(io, f"Restore {len(stale)} environment change(s) to how they were? [y/N] "):
+        say("nothing was restored.")
+        return True
+    trouble = False
+    for leftover in stale:
+        bad = leftover.restore()
+        if bad:
+            trouble = True
+            say(f"  FAILED: {leftover.describe()}: {len(bad)} file(s) differ, e.g. {bad[0]}; the stash stays")
+        else:
+            say(f"  done: {leftover.describe()}: every file put back, SHA-256 checked")
+    return trouble
+
+
+def _print_plan(planned, verdict, io: IO, stale=()) -> int:
     import json
 
     from gpudoctor.redact import redact
@@ -163,8 +199,9 @@ def _print_plan(planned, verdict, io: IO) -> int:
     for item in planned:
         seen = verdict(item.action)
         items.append({**item.action.to_json(), "findings": list(item.rules), "verdict": seen.status, "reason": seen.reason})
-    io.stdout.write(redact(json.dumps({"plan": items, "changed": False}, indent=2)) + "\n")
-    return ExitCode.FINDINGS if any(i["verdict"] != "already" for i in items) else ExitCode.OK
+    left = [{"stash": s.root, "label": s.label, "files": len(s.entries)} for s in stale]
+    io.stdout.write(redact(json.dumps({"plan": items, "leftover_stashes": left, "changed": False}, indent=2)) + "\n")
+    return ExitCode.FINDINGS if left or any(i["verdict"] != "already" for i in items) else ExitCode.OK
 
 
 def _count_findings(todo) -> int:
