@@ -16,7 +16,8 @@ acting, because the snapshot may be seconds old and PIDs get reused:
   process maps it — which gpudoctor can only know in the host's PID namespace (in a container
   with a private one it refuses and says why).
 
-Nothing else is ever done: there is no action type that runs a command.
+Nothing else is ever done here: there is no action type that runs a command. A StackAction
+(change a Python environment with its own pip) is carried out by gpudoctor/stack_fix.py.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from gpudoctor.actions import Action, RemoveFile, StopProcess
+from gpudoctor.actions import Action, RemoveFile, StackAction, StopProcess
 from gpudoctor.probes.processes import ancestors, pid_namespace_problem, read_stat, read_uids, shm_kind, shm_users
 
 DONE = "done"  # acted, and the result is confirmed
@@ -54,7 +55,7 @@ def plan(findings: Iterable[Any]) -> List[Planned]:
             label = finding.rule_id + (f" {finding.subject}" if finding.subject else "")
             if label not in entry.rules:
                 entry.rules.append(label)
-    order = {StopProcess.type: 0, RemoveFile.type: 1}
+    order = {StopProcess.type: 0, RemoveFile.type: 1, StackAction.type: 2}  # the environment last: nothing running uses it then
     return sorted(by_key.values(), key=lambda p: (order.get(p.action.type, 9), p.action.key))
 
 

@@ -13,6 +13,7 @@ import os
 import shlex
 from typing import Any, Dict, List, Optional
 
+from gpudoctor.actions import uninstall
 from gpudoctor.knowledge.gpus import gpus_to_judge, kernel_support
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Passed, Unknown, rule
 
@@ -74,6 +75,14 @@ def _clash_between(snap, first: str, second: str) -> Optional[Dict[str, Any]]:
     return None
 
 
+def _uninstall(snap, entry: Dict[str, Any], why: str) -> Tuple[str, List[Any]]:
+    """The uninstall command of a variant the GPU cannot use, and the typed action behind it (one
+    source: the command is the action's). Only called for variants no installed engine requires."""
+    dist = str(entry.get("dist"))
+    action = uninstall(snap, dist, str(entry.get("version")), "GD401", why)
+    return (action.command if action else f"{_py(snap)} -m pip uninstall -y {shlex.quote(dist)}"), ([action] if action else [])
+
+
 def _backend_hint(has_vllm: bool) -> List[str]:
     """vLLM's attention backends that need no FlashAttention, when vLLM is the engine here."""
     return ["vllm serve MODEL --attention-backend TRITON_ATTN  # or FLASHINFER"] if has_vllm else []
@@ -106,7 +115,8 @@ def flash_attn_variant_unsupported_gpu(snap):
     (`python -m pip uninstall -y flash-attn-4`); below 8.0 use another attention backend
     (`vllm serve … --attention-backend TRITON_ATTN`, transformers `attn_implementation="sdpa"`).
     The FA2 install command is the prebuilt wheel that matches torch (GD404) or a source build
-    (GD405).
+    (GD405). The uninstall is also a typed action: `gpudoctor fix` carries it out with the
+    environment's own pip, keeps the files aside, verifies and puts them back on any failure.
 
     ## References
     - https://github.com/Dao-AILab/flash-attention/issues/762;
@@ -142,15 +152,17 @@ def flash_attn_variant_unsupported_gpu(snap):
             variant = entry["variant"]
             dist = str(entry.get("dist"))
             if variant == "fa2" and major < 8 and not _kernel_rule_reports(snap, dist, cc):  # else GD201 says it, once
+                command, acts = _uninstall(snap, entry, f"FlashAttention-2 needs compute capability 8.0+; {where} cannot use it")
                 fails.append(Fail(
                     f"{_label(entry)} (FlashAttention-2) does not run on {where}: it needs compute capability 8.0+ and fails "
                     "with \"FlashAttention only supports Ampere GPUs or newer.\"",
                     ["flash_attn.variants", f"gpu.{gpu['index']}.compute_capability"],
                     Fix(f"Use an attention backend that supports {sm}; the right variant here: {right_variant(cc)}.",
-                        [f"{py} -m pip uninstall -y flash-attn"] + _backend_hint(has_vllm)),
+                        [command] + _backend_hint(has_vllm), actions=acts),
                     subject=f"{dist} / GPU {gpu['index']}"))
             elif variant == "fa3" and major != 9 and not _kernel_rule_reports(snap, dist, cc):
                 runs = _fa3_runs(snap, entry, cc) if major == 8 else None
+                command, acts = _uninstall(snap, entry, f"FlashAttention-3 is made for Hopper (sm_90a); {where} is not one")
                 severity = WARNING if runs else ERROR
                 fails.append(Fail(
                     f"{_label(entry)} is FlashAttention-3, made for Hopper (sm_90a; vLLM's FA3 is 9.x only), but {where} is "
@@ -158,23 +170,26 @@ def flash_attn_variant_unsupported_gpu(snap):
                        if runs else "not a Hopper GPU: FA3 has no kernels for it"),
                     ["flash_attn.variants", f"gpu.{gpu['index']}.compute_capability"],
                     Fix(f"Uninstall FA3; the right variant here: {right_variant(cc)}.",
-                        [f"{py} -m pip uninstall -y {shlex.quote(dist)}"] + (fa2_install(snap)[1] if 8 <= major and not fa2 else [])),
+                        [command] + (fa2_install(snap)[1] if 8 <= major and not fa2 else []), actions=acts),
                     subject=f"{dist} / GPU {gpu['index']}", severity=severity))
             elif variant == "fa4" and major < 9:
                 clash_with_fa2 = [f for f in fa2 if _clash_between(snap, f["dist"], dist)]
+                command, acts = _uninstall(snap, entry, f"FlashAttention-4 is made for Hopper and Blackwell; {where} cannot use it "
+                                                        "and no installed engine requires it")
                 if major < 8:
-                    commands = [f"{py} -m pip uninstall -y {shlex.quote(dist)}"] + _backend_hint(has_vllm)
+                    commands = [command] + _backend_hint(has_vllm)
                     summary = f"Uninstall {dist}; {right_variant(cc)}."
                 elif clash_with_fa2:
+                    acts = []  # removing it alone would take FA2's shared flash_attn/cute files too: the repair is uninstall both + reinstall FA2
                     summary, install = fa2_install(snap, clash_with_fa2[0].get("version"))
                     commands = [f"{py} -m pip uninstall -y {shlex.quote(dist)} flash-attn  # both: they share files in flash_attn/cute (GD402)"] + install
                     summary = f"Remove {dist} and reinstall FA2 cleanly (they share files). {summary}"
                 elif fa2:
-                    commands = [f"{py} -m pip uninstall -y {shlex.quote(dist)}"]
+                    commands = [command]
                     summary = f"Uninstall {dist}; FA2 ({_label(fa2[0])}) is the variant for {sm}."
                 else:
                     install_summary, install = fa2_install(snap)
-                    commands = [f"{py} -m pip uninstall -y {shlex.quote(dist)}"] + [
+                    commands = [command] + [
                         f"{cmd}  # only if other code needs flash_attn{' (vLLM does not)' if has_vllm else ''}" for cmd in install]
                     summary = (f"Uninstall {dist}{': vLLM uses its bundled FA2 on ' + sm if has_vllm else ''}. If other code needs flash_attn "
                                f"(transformers flash_attention_2, trust_remote_code models), install FA2: {install_summary}")
@@ -187,7 +202,7 @@ def flash_attn_variant_unsupported_gpu(snap):
                     + ("" if fa2 else ", and without FA2 `flash_attn.ops` does not exist (GD403)")
                     + f". The variant for this GPU: {right_variant(cc)}",
                     ["flash_attn.variants", f"gpu.{gpu['index']}.compute_capability"] + (["flash_attn.clashes"] if clash_with_fa2 else []),
-                    Fix(summary, commands),
+                    Fix(summary, commands, actions=acts),
                     subject=f"{dist} / GPU {gpu['index']}"))
     if not fails and kept:
         return Passed("; ".join(kept))

@@ -37,7 +37,8 @@ def torch_without_cuda(snap):
     from a dependency reinstalling torch from PyPI without the CUDA index.
 
     ## Fix
-    Reinstall torch from the CUDA index that matches the driver, e.g.
+    Reinstall torch from the CUDA index of the CUDA vLLM was built for (`+cu130` in its
+    version), else the one that matches the driver, e.g.
     `python -m pip install --force-reinstall torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130`.
 
     ## References
@@ -53,7 +54,7 @@ def torch_without_cuda(snap):
         return Unknown(f"torch.cuda is {cuda.describe()}")
     version = str(snap.value("torch.version"))
     hip = snap.value("torch.hip")
-    index = torch_index(snap)
+    index, where = torch_index(snap)
     pins, whose = torch_pins(snap)
     kind = f"a ROCm build (HIP {hip})" if hip else "a CPU-only build"
     return Fail(
@@ -61,8 +62,9 @@ def torch_without_cuda(snap):
         "and vLLM fails with \"Failed to infer device type\"",
         ["torch.version", "torch.cuda", "torch.path", "gpu.count", "gpu.0.name"],
         Fix(
-            f"Reinstall {' '.join(pins)} ({whose}) from the PyTorch CUDA index that fits the driver ({index}); "
-            "the same command fixes GD510 when vLLM's torch pin is also unmet.",
+            f"Reinstall {' '.join(pins)} ({whose}) from the PyTorch CUDA index "
+            + (f"{index} ({where}); " if index else f"of your driver's CUDA ({where}: see nvidia-smi); ")
+            + "the same command fixes GD510 when vLLM's torch pin is also unmet.",
             [torch_install_command(snap)],
         ),
     )
@@ -88,15 +90,47 @@ def torch_pins(snap) -> Tuple[List[str], str]:
     return ([f"torch=={base}"] if base else ["torch"]), "the installed version"
 
 
-def torch_index(snap) -> str:
-    """The PyTorch CUDA wheel index for this driver (cu128 when the driver is not known)."""
-    return _torch_index_for(snap.value("driver.cuda_max")) or "cu128"
+def torch_index(snap) -> Tuple[Optional[str], str]:
+    """The PyTorch wheel index tag (``cu130``) for a reinstall of torch/torchvision/torchaudio, and
+    where it was read: the CUDA the installed vLLM was built for (``+cu130`` in its version; its
+    kernels need a torch of that CUDA), the installed torch's own CUDA build (its ``+cu130`` local
+    version, or ``cuda = '13.0'`` in torch/version.py for a PyPI build without one), else the
+    newest index the driver runs. Never a guessed tag: with none of these (a CPU-only torch
+    checked with ``--gpu`` on a machine without a driver) it is None and the command says so.
+    Index tags: https://pytorch.org/get-started/locally/ (``--index-url
+    https://download.pytorch.org/whl/cu130``)."""
+    build = snap.value("vllm.build")
+    parts = build.get("version_parts") if isinstance(build, dict) else None
+    engine = parts.get("cuda_tag") if isinstance(parts, dict) else None
+    if isinstance(engine, str) and re.fullmatch(r"cu\d{3}", engine):
+        return engine, f"the CUDA vllm {build.get('version')} was built for"
+    version = str(snap.value("torch.version") or "")
+    local = re.search(r"\+(cu\d{3})\b", version)
+    if local:
+        return local.group(1), f"the installed torch {version}"
+    cuda = version_tuple(str(snap.value("torch.cuda") or "")) if snap.get("torch.cuda").ok else ()
+    if len(cuda) >= 2:
+        return f"cu{cuda[0]}{cuda[1]}", f"the installed torch's CUDA {cuda[0]}.{cuda[1]}"
+    driver = _torch_index_for(snap.value("driver.cuda_max"))
+    if driver:
+        return driver, f"the newest this driver runs (CUDA {snap.value('driver.cuda_max')})"
+    return None, "no CUDA known: neither the installed torch nor vLLM names one and the driver is not here"
+
+
+UNKNOWN_INDEX = "cuXYZ"  # a placeholder the user must fill in, never a tag gpudoctor made up
+
+
+def torch_index_url(snap) -> str:
+    tag, _ = torch_index(snap)
+    return f"https://download.pytorch.org/whl/{tag or UNKNOWN_INDEX}"
 
 
 def torch_install_command(snap) -> str:
     pins, _ = torch_pins(snap)
-    return (f"{_py(snap)} -m pip install --force-reinstall {' '.join(shlex.quote(p) for p in pins)} "
-            f"--index-url https://download.pytorch.org/whl/{torch_index(snap)}")
+    tag, _ = torch_index(snap)
+    command = (f"{_py(snap)} -m pip install --force-reinstall {' '.join(shlex.quote(p) for p in pins)} "
+               f"--index-url {torch_index_url(snap)}")
+    return command if tag else command + "  # cuXYZ: the CUDA of your driver (nvidia-smi), e.g. cu130"
 
 
 def torch_is_cpu_only(snap) -> bool:
@@ -152,7 +186,7 @@ def torch_arch_list_misses_gpu(snap):
         vllm_pin = whose.startswith("vllm")  # then vLLM's torch pin, as GD501/GD510 say; else as before
         pins = " ".join(shlex.quote(p) for p in pinned)
         commands = [f"{_py(snap)} -m pip install --force-reinstall {pins if vllm_pin else 'torch'} --index-url https://download.pytorch.org/whl/{index}"] if index else [
-            f"{_py(snap)} -m pip install --force-reinstall {pins if vllm_pin else 'torch==' + version.split('+')[0]} --index-url https://download.pytorch.org/whl/cu{(snap.value('torch.cuda') or '').replace('.', '')}  # a build for {sm_name}"
+            f"{_py(snap)} -m pip install --force-reinstall {pins if vllm_pin else 'torch==' + version.split('+')[0]} --index-url {torch_index_url(snap)}  # a build for {sm_name}"
         ]
         fails.append(
             Fail(

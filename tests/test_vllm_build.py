@@ -246,8 +246,8 @@ def test_gd510_reports_vllms_torch_pin_once(site):
     assert finding.message.startswith("vllm 0.20.0 (from a package index (PyPI or a wheel index)) is built against "
                                       "torch==2.11.0 (2.10.0 is installed); flashinfer-python==0.6.8.post1 (not installed): "
                                       "its compiled kernels")
-    # torch through the one command GD501 gives too (vLLM's pin, the driver's CUDA index); the rest from PyPI.
-    assert finding.fix.commands == [f"{PY} -m pip install --force-reinstall torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128",
+    # torch through the one command GD501 gives too (vLLM's pin, the installed torch's CUDA 13.0: no driver with --gpu); the rest from PyPI.
+    assert finding.fix.commands == [f"{PY} -m pip install --force-reinstall torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130",
                                     f"{PY} -m pip install flashinfer-python==0.6.8.post1",
                                     f"{PY} -m pip install --force-reinstall vllm==0.20.0  # instead: let pip bring back its pins"]
     # GD503 still reports vLLM's pure-Python requirement, not the binary pins.

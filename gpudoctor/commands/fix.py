@@ -1,10 +1,13 @@
 """gpudoctor fix: carry out the typed fix actions of the findings, after asking.
 
 Probe, run the rules, list every action the findings carry (stop a stale process, remove a
-leftover shm file) with the safety verdict of each, ask (or take ``--yes``), act, then probe
-again. When stopping processes frees more leftovers (their shm files), a second round
-offers those. Without a terminal on stdin and without ``--yes`` it is a dry run. Exit 0
-when nothing is left to do, 1 when something was refused, failed or is still pending
+leftover shm file, uninstall a distribution the GPU cannot use with the environment's own pip)
+with what, why, which finding, the exact command and the safety verdict of each, ask (or take
+``--yes``), act, then probe again. When stopping processes frees more leftovers (their shm
+files), a second round offers those. Without a terminal on stdin and without ``--yes`` it is a
+dry run; ``--format json`` prints the plan and changes nothing. Stack actions are applied by
+gpudoctor/stack_fix.py: files kept aside, pip, verified in a child, put back on any failure.
+Exit 0 when nothing is left to do, 1 when something was refused, failed or is still pending
 (a dry run with actions), 2 on usage errors.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import sys
 
+from gpudoctor.actions import StackAction
 from gpudoctor.commands.common import IO, UsageError, add_probe_options, probe
 from gpudoctor.exitcodes import ExitCode
 
@@ -26,6 +30,8 @@ def configure(parser) -> None:
     parser.add_argument("--grace", type=float, default=10.0, metavar="S", help="seconds between SIGTERM and SIGKILL (default 10)")
     parser.add_argument("--select", action="append", metavar="IDS", help="only the actions of these rules (IDs, prefixes, names or areas)")
     parser.add_argument("--ignore", action="append", metavar="IDS", help="skip the actions of these rules")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="json: print the plan (each action: what, why, which finding, the exact command, its verdict) and change nothing")
 
 
 def run(args, io: IO) -> int:
@@ -47,14 +53,24 @@ def run(args, io: IO) -> int:
 
     machine = actions.Machine(root=args.root)
     interactive = not args.dry_run and not args.yes and _stdin_is_tty()
-    attempted = set()
+    attempted: set = set()
     trouble = False
 
     def check():
         result = run_rules(probe(request, io), rules)
         return result, actions.plan(result.findings)
 
+    def verdict(action):
+        return _verdict(machine, action, allow_system=args.yes)
+
     result, planned = check()
+    stale = _leftovers(result.snapshot)
+    if args.format == "json":
+        return _print_plan(planned, verdict, io, stale)
+    if stale:
+        trouble = _offer_leftovers(stale, args, interactive, io, say)
+        if not trouble:
+            result, planned = check()  # the environment is as it was before the interrupted fix: judge it again
     for round_number in range(1, MAX_ROUNDS + 1):
         todo = [p for p in planned if p.action.key not in attempted]
         if not todo:
@@ -68,12 +84,15 @@ def run(args, io: IO) -> int:
             say(f"gpudoctor fix: {len(todo)} action(s) from {_count_findings(todo)} finding(s):")
         else:
             say(f"\nthat left {len(todo)} more action(s):")
-        verdicts = [_verdict(machine, p.action) for p in todo]
-        for number, (item, verdict) in enumerate(zip(todo, verdicts), 1):
+        verdicts = [verdict(p.action) for p in todo]
+        for number, (item, seen) in enumerate(zip(todo, verdicts), 1):
             say(f"  {number}. {item.action.describe()}   [{', '.join(item.rules)}]")
-            if not verdict.go:
-                say(f"     {'skip' if verdict.status == actions.ALREADY else 'will not'}: {verdict.reason}")
-        doable = [item.action for item, verdict in zip(todo, verdicts) if verdict.go]
+            if isinstance(item.action, StackAction):
+                say(f"     why: {item.action.why}")
+                say(f"     command: {item.action.command}")
+            if not seen.go:
+                say(f"     {'skip' if seen.status == actions.ALREADY else 'will not'}: {seen.reason}")
+        doable = [item.action for item, seen in zip(todo, verdicts) if seen.go]
         refused = [v for v in verdicts if v.status == actions.REFUSED]
         trouble = trouble or bool(refused)
         attempted.update(p.action.key for p in todo)
@@ -87,13 +106,16 @@ def run(args, io: IO) -> int:
         if not args.yes and not _confirm(io, f"Apply {len(doable)} action(s)? [y/N] "):
             say("nothing was done.")
             return ExitCode.FINDINGS
-        for outcome in actions.apply(doable, machine, grace=args.grace, say=lambda text: say(f"     {text}")):
+        machine_actions = [a for a in doable if not isinstance(a, StackAction)]
+        for outcome in actions.apply(machine_actions, machine, grace=args.grace, say=lambda text: say(f"     {text}")):
             mark = {actions.DONE: "done", actions.ALREADY: "skip", actions.REFUSED: "refused", actions.FAILED: "FAILED"}[outcome.status]
             say(f"  {mark}: {outcome.action.describe()}: {outcome.detail}")
             trouble = trouble or outcome.status in (actions.REFUSED, actions.FAILED)
+        for action in (a for a in doable if isinstance(a, StackAction)):
+            trouble = _apply_stack(action, args.yes, say) or trouble
         result, planned = check()
 
-    pending = [p for p in planned if _verdict(machine, p.action).status != actions.ALREADY]
+    pending = [p for p in planned if verdict(p.action).status != actions.ALREADY]
     if not attempted:
         say("gpudoctor fix: nothing to fix (no finding carries a fix action).")
     elif not pending:
@@ -108,14 +130,78 @@ def run(args, io: IO) -> int:
     return ExitCode.FINDINGS if pending or trouble else ExitCode.OK
 
 
-def _verdict(machine, action):
+def _verdict(machine, action, allow_system: bool = False):
     from gpudoctor import fix as actions
 
     if isinstance(action, actions.StopProcess):
         return machine.check_process(action)
     if isinstance(action, actions.RemoveFile):
         return machine.check_file(action)
+    if isinstance(action, StackAction):
+        from gpudoctor import runner, stack_fix
+
+        seen = stack_fix.check(action, runner.run, allow_system=allow_system)
+        return actions.Verdict({stack_fix.GO: "go", stack_fix.ALREADY: actions.ALREADY}.get(seen.status, actions.REFUSED), seen.reason)
     return actions.Verdict(actions.REFUSED, f"unknown action type {type(action).__name__}")
+
+
+def _apply_stack(action, allow_system: bool, say) -> bool:
+    """Check again, then change the environment (stash, pip, verify, restore on failure); True on trouble."""
+    from gpudoctor import runner, stack_fix
+
+    seen = stack_fix.check(action, runner.run, allow_system=allow_system)
+    if not seen.go:
+        say(f"  {'skip' if seen.status == stack_fix.ALREADY else 'refused'}: {action.describe()}: {seen.reason}")
+        return seen.status != stack_fix.ALREADY
+    result = stack_fix.apply(action, seen.state or {}, runner.run, say=lambda text: say(f"     {text}"))
+    mark = {stack_fix.DONE: "done", stack_fix.RESTORED: "FAILED, restored", stack_fix.FAILED: "FAILED"}[result.status]
+    say(f"  {mark}: {action.describe()}: {result.detail}")
+    return result.status != stack_fix.DONE
+
+
+def _leftovers(snapshot):
+    """Stashes an interrupted `fix` left beside the checked environment's site-packages."""
+    from gpudoctor import stack_fix
+
+    paths = snapshot.value("python.sys_path")
+    sites = [str(p) for p in paths if str(p).endswith(("site-packages", "dist-packages"))] if isinstance(paths, list) else []
+    return stack_fix.leftovers(sites)
+
+
+def _offer_leftovers(stale, args, interactive: bool, io: IO, say) -> bool:
+    """Offer to put back what an interrupted fix kept aside; True while any is left."""
+    say(f"gpudoctor fix: {len(stale)} change(s) an interrupted gpudoctor fix left half-done:")
+    for leftover in stale:
+        say(f"  - {leftover.describe()}")
+    if args.dry_run or (not args.yes and not interactive):
+        say("dry run: nothing was restored. Run `gpudoctor fix --yes` to restore.")
+        return True
+    if not args.yes and not _confirm(io, f"Restore {len(stale)} environment change(s) to how they were? [y/N] "):
+        say("nothing was restored.")
+        return True
+    trouble = False
+    for leftover in stale:
+        bad = leftover.restore()
+        if bad:
+            trouble = True
+            say(f"  FAILED: {leftover.describe()}: {len(bad)} file(s) differ, e.g. {bad[0]}; the stash stays")
+        else:
+            say(f"  done: {leftover.describe()}: every file put back, SHA-256 checked")
+    return trouble
+
+
+def _print_plan(planned, verdict, io: IO, stale=()) -> int:
+    import json
+
+    from gpudoctor.redact import redact
+
+    items = []
+    for item in planned:
+        seen = verdict(item.action)
+        items.append({**item.action.to_json(), "findings": list(item.rules), "verdict": seen.status, "reason": seen.reason})
+    left = [{"stash": s.root, "label": s.label, "files": len(s.entries)} for s in stale]
+    io.stdout.write(redact(json.dumps({"plan": items, "leftover_stashes": left, "changed": False}, indent=2)) + "\n")
+    return ExitCode.FINDINGS if left or any(i["verdict"] != "already" for i in items) else ExitCode.OK
 
 
 def _count_findings(todo) -> int:

@@ -16,6 +16,7 @@ from test_pystack_env import FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, Si
 from test_pystack_rules import snapshot_of
 
 CPU_TORCH = TORCH_VERSION_PY.replace("'13.0'", "None").replace("+cu130", "+cpu")
+NO_DRIVER = Fact(None, "absent", "nvml", "no NVIDIA driver here (--gpu A100)")
 UNANSWERED = Fact(None, "timeout", "--python /venv/bin/python", "/venv/bin/python did not answer within 8 s")
 
 
@@ -50,6 +51,9 @@ CASES = [
     Case("cu130-torch", "GD501", site(torch()), "pass"),
     Case("cpu-torch-on-the-h200", "GD501", site(torch(version_py=CPU_TORCH, lib=None)), "fail", "error",
          ("torch 2.11.0+cpu is a CPU-only build",), commands=("--index-url https://download.pytorch.org/whl/cu130",)),
+    # --gpu A100 on a CPU box: no driver, a CPU torch, no vLLM build tag: a placeholder, never a made-up cu128.
+    Case("cpu-torch-no-driver", "GD501", site(torch(version_py=CPU_TORCH, lib=None), driver__cuda_max=NO_DRIVER), "fail", "error",
+         ("is a CPU-only build",), commands=("--index-url https://download.pytorch.org/whl/cuXYZ  # cuXYZ: the CUDA of your driver",)),
     Case("no-gpu", "GD501", site(torch(version_py=CPU_TORCH, lib=None), gpu__count=0), "not_applicable"),
     # GD502 torch-arch-list-misses-gpu
     Case("sm90-cubin-for-the-h200", "GD502", site(torch(lib=SM80_SM90_PTX90)), "pass"),

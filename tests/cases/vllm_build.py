@@ -69,7 +69,16 @@ CASES = [
          "pass"),
     Case("torch-2.10-under-vllm-0.20", "GD510",
          site(torch(version="2.10.0", cuda="13.0"), a_vllm(version="0.20.0", requires=["torch==2.11.0"])), "fail", "error",
-         ("is built against torch==2.11.0 (2.10.0 is installed)",), subject="vllm", commands=("pip install --force-reinstall torch==2.11.0 --index-url https://download.pytorch.org/whl/cu",)),
+         ("is built against torch==2.11.0 (2.10.0 is installed)",), subject="vllm", commands=("pip install --force-reinstall torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130",)),
+    # --gpu on a machine without a driver: the index is the CUDA vLLM was built for (+cu129), not the torch's nor a guess.
+    Case("torch-cu130-under-vllm-built-for-cu129", "GD510",
+         site(torch(version="2.10.0", cuda="13.0"), a_vllm(version="0.20.0+cu129", requires=["torch==2.11.0"])), "fail", "error",
+         ("is built against torch==2.11.0 (2.10.0 is installed)",), subject="vllm",
+         commands=("torch==2.11.0 --index-url https://download.pytorch.org/whl/cu129",)),
+    Case("torch-cu128-under-vllm-0.20-no-driver", "GD510",
+         site(torch(version="2.10.0", cuda="12.8"), a_vllm(version="0.20.0", requires=["torch==2.11.0", "torchvision==0.26.0"])),
+         "fail", "error", ("torchvision==0.26.0 (not installed)",), subject="vllm",
+         commands=("torch==2.11.0 torchvision==0.26.0 --index-url https://download.pytorch.org/whl/cu128",)),
     # GD511 vllm-development-build
     Case("pypi-release", "GD511", site(torch(), a_vllm(version="0.10.0")), "pass"),
     Case("release-wheel-from-a-local-file", "GD511", site(torch(), from_a_local_file("0.10.0")), "pass"),

@@ -1,0 +1,106 @@
+"""One distribution of a Python environment as that environment's own interpreter sees it, now.
+
+``gpudoctor fix`` asks this just before it changes a distribution and again after (the snapshot
+may be seconds old, and the interpreter named by ``--python`` is not the doctor's): is it still
+installed, at which version, which files its RECORD owns (absolute paths), which installed
+distributions require it, and can this user write where it lives. The script below is
+standard-library only and runs in the target interpreter with ``-I`` (no user site, no
+PYTHONPATH), through gpudoctor/runner.py under a timeout; it imports nothing of the
+environment's packages. ``importable`` runs an import of named modules in a child of that
+interpreter: the verification after a change.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, List, Optional
+
+from gpudoctor import runner
+
+MAX_OUTPUT = 8 << 20  # the file list of a large distribution (torch: ~15k files, ~1.5 MB of paths)
+
+# argv[1]: the distribution name. Prints one JSON object.
+SCRIPT = r'''
+import json, os, re, sys
+from importlib import metadata
+
+def key(name):
+    return re.sub(r"[-_.]+", "-", name or "").lower()
+
+want = key(sys.argv[1])
+out = {"found": False, "required_by": [], "prefix": sys.prefix,
+       "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)}
+for dist in metadata.distributions():
+    try:
+        name = dist.metadata["Name"] or ""
+        requires = dist.requires or []
+    except Exception:  # a broken dist-info of another package: not this one's business
+        continue
+    if key(name) == want and not out["found"]:
+        meta = getattr(dist, "_path", None)
+        location = str(dist.locate_file(""))
+        files = set()
+        for item in dist.files or []:
+            path = os.path.normpath(str(dist.locate_file(item)))
+            if os.path.lexists(path):
+                files.add(path)
+                if path.endswith(".py"):  # pip removes the compiled copies too
+                    folder = os.path.join(os.path.dirname(path), "__pycache__")
+                    stem = os.path.basename(path)[:-3] + "."
+                    try:
+                        files.update(os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(stem))
+                    except OSError:
+                        pass
+        if meta is not None and os.path.isdir(str(meta)):
+            for root, _, names in os.walk(str(meta)):
+                files.update(os.path.join(root, n) for n in names)
+        out.update(found=True, name=name, version=dist.version, location=location,
+                   meta=str(meta) if meta is not None else None, files=sorted(files),
+                   writable=os.access(location, os.W_OK) and (meta is None or os.access(str(meta), os.W_OK)))
+    for req in requires:
+        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+        if match and key(match.group(1)) == want and "extra" not in req.partition(";")[2]:
+            out["required_by"].append([name, dist.version, req])
+print(json.dumps(out))
+'''
+
+IMPORT_SCRIPT = r'''
+import importlib, json, sys
+failed = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:
+        failed[name] = type(exc).__name__ + ": " + str(exc)[:300]
+print(json.dumps(failed))
+'''
+
+
+def read(python: str, dist: str, timeout: float = 30.0,
+         run: Callable[..., Any] = runner.run) -> Dict[str, Any]:
+    """``{"found": bool, "version", "location", "meta", "files", "required_by", "writable", "venv"}``, or
+    ``{"error": why}`` when the interpreter did not answer."""
+    done = run([python, "-I", "-c", SCRIPT, dist], timeout=timeout, max_output=MAX_OUTPUT)
+    if done.status != "ok" or done.returncode != 0:
+        return {"error": f"{python} did not answer ({done.detail or done.stderr.strip()[-300:] or done.status})"}
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        return {"error": f"{python} answered something that is not JSON"}
+    return answer if isinstance(answer, dict) else {"error": f"{python} answered {type(answer).__name__}"}
+
+
+def import_failures(python: str, modules: List[str], timeout: float = 60.0,
+                    run: Callable[..., Any] = runner.run) -> Optional[Dict[str, str]]:
+    """Module -> the error importing it raised in a child of ``python`` ({} when all import);
+    None when the child did not answer."""
+    if not modules:
+        return {}
+    done = run([python, "-I", "-c", IMPORT_SCRIPT, *modules], timeout=timeout)
+    if done.status != "ok" or done.returncode != 0:
+        return None
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    return answer if isinstance(answer, dict) else None
