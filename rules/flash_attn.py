@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor.actions import uninstall
 from gpudoctor.knowledge.gpus import gpus_to_judge, kernel_support
