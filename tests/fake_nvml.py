@@ -95,19 +95,18 @@ def h200x2() -> Dict[str, Any]:
 
     Its ``p2p`` map is nvmlDeviceGetTopologyCommonAncestor (30: host bridge); its ``numa`` null is
     the call failing (NotSupported, as on the 1-GPU H200: h200/fabric). From capture2.log's
-    ``topo -m`` (GPU0-GPU1 "NV18", CPU affinity 0-31): each active link's remote end is the other
-    GPU, and P2P read/write/NVLink/atomics answer OK (NVML's P2P status was not recorded there;
-    NV18 is what topo -m prints only for GPUs that reach each other over 18 NVLinks)."""
+    ``topo -m`` (GPU0-GPU1 "NV18", CPU affinity 0-31): P2P read/write/NVLink/atomics answer OK, and
+    each active link's remote end is ffff:ff:ff.0 — not the other GPU: its 18 links end at the
+    NVSwitch fabric, as NVML read on a lent 2xH200 of the same kind (snapshots/h200x2-deep.json,
+    its NVLink remote PCI info and ``topo -p2p rw`` all OK)."""
     raw = json.loads((GROUND / "h200x2" / "nvml-multi.json").read_text(encoding="utf-8"))
     topo = _topo_matrix(_section((GROUND / "h200x2" / "capture2.log").read_text(encoding="utf-8"), "topo"))
     gpus = []
-    buses = [gpu["pci"] for gpu in raw["gpus"]]
     for gpu in raw["gpus"]:
         used = gpu["mem_used"]
-        other = buses[1 - gpu["index"]]
         gpus.append({"name": gpu["name"], "uuid": gpu["uuid"], "cc": gpu["cc"], "pci": gpu["pci"],
                      "nvlink_active": gpu["nvlink_active"],
-                     "nvlink_remote": [other if active else None for active in gpu["nvlink_active"]],
+                     "nvlink_remote": ["ffff:ff:ff.0" if active else None for active in gpu["nvlink_active"]],
                      "cpu_affinity": _affinity_words(topo["cpu"][gpu["index"]]),
                      "mem": {"total": gpu["mem_total"], "used": used, "free": gpu["mem_free"]}})
         if gpu["numa"] is not None:

@@ -201,22 +201,38 @@ def test_the_two_h200s_are_nv18_as_topo_m_printed(fake_nvml_module):
     fake_nvml_module(fake_nvml.h200x2())
     facts = nvml.collect()
     pair = facts["gpu.pairs"].value["0-1"]
-    assert pair == {"level": "PHB", "nvlinks": 18, "connection": "NV18",
+    assert pair == {"level": "PHB", "nvlinks": 18, "connection": "NV18", "nvswitch": True,
                     "p2p": {"read": "OK", "write": "OK", "nvlink": "OK", "atomics": "OK"}}
     assert facts["gpu.1.cpu_affinity"].value == "0-31"
     links = facts["gpu.0.nvlink_links"].value
-    assert len(links) == 18 and all(link["active"] and link["remote"] == "0000:00:07.0" for link in links)
+    # ground_truth/h200x2-nvswitch/compare.txt: every link ends at the switch, not at the other GPU
+    assert len(links) == 18 and all(link["active"] and link["remote"] == "ffff:ff:ff.0" for link in links)
+
+
+def test_links_straight_to_the_other_gpu_are_counted_as_such(fake_nvml_module):
+    """An NVLink bridge between two cards: each link's remote end is the other GPU."""
+    tape = fake_nvml.h200x2()
+    for gpu, other in zip(tape["gpus"], reversed(tape["gpus"])):
+        gpu["nvlink_remote"] = [other["pci"] if active else None for active in gpu["nvlink_active"]][:4] + [None] * 14
+        gpu["nvlink_active"] = [1] * 4 + [0] * 14
+    fake_nvml_module(tape)
+    pair = nvml.collect()["gpu.pairs"].value["0-1"]
+    assert (pair["nvlinks"], pair["connection"], "nvswitch" in pair) == (4, "NV4", False)
 
 
 def test_p2p_failures_and_a_down_link_are_facts(fake_nvml_module):
     tape = fake_nvml.h200x2()
     tape["p2p_status"]["0-1"] = {0: 3, 1: 3, 2: 5, 3: "ERR NVMLError_Unknown"}  # topology not supported
+    fake_nvml_module(tape)
+    pair = nvml.collect()["gpu.pairs"].value["0-1"]
+    assert pair["p2p"]["read"] == "TNS" and pair["p2p"]["nvlink"] == "NS" and pair["p2p"]["atomics"].startswith("ERR ")
+    assert not pair["nvlinks"] and pair["connection"] == "PHB"  # links into a switch NVML says the pair cannot use
+    tape = fake_nvml.h200x2()
     tape["gpus"][0]["nvlink_active"][5] = 0
     fake_nvml_module(tape)
     facts = nvml.collect()
     pair = facts["gpu.pairs"].value["0-1"]
-    assert pair["p2p"]["read"] == "TNS" and pair["p2p"]["nvlink"] == "NS" and pair["p2p"]["atomics"].startswith("ERR ")
-    assert pair["nvlinks"] == 17 and pair["connection"] == "NV17"
+    assert pair["nvlinks"] == 17 and pair["connection"] == "NV17"  # the fewer links of the two into the switch
     assert [link["link"] for link in facts["gpu.0.nvlink_links"].value if not link["active"]] == [5]
 
 

@@ -88,10 +88,12 @@ def pair_fact(nv: Any, handles: Dict[int, Any], buses: Dict[int, Optional[str]],
               query: Callable[..., Fact]) -> Fact:
     """Every pair of GPUs: topology level, NVLink count, P2P status per capability."""
     indices = sorted(handles)
+    gpu_buses = {normal_bus_id(bus) for bus in buses.values() if bus}
     pairs: Dict[str, Dict[str, Any]] = {}
     for position, a in enumerate(indices):
         for b in indices[position + 1:]:
             pairs[f"{a}-{b}"] = _pair(nv, handles[a], handles[b], buses.get(b), links.get(a), query)
+            _through_switch(pairs[f"{a}-{b}"], links.get(a), links.get(b), gpu_buses)
     detail = "" if len(indices) > 1 else f"{len(indices)} GPU: no pair"
     return ok(pairs, SOURCE, detail)
 
@@ -107,3 +109,22 @@ def _pair(nv: Any, ha: Any, hb: Any, bus_b: Optional[str], links_a: Optional[Fac
         nvlinks = sum(1 for link in links_a.value if link["active"] and link["remote"] == normal_bus_id(bus_b))
     connection = f"NV{nvlinks}" if nvlinks else (level.value if level.ok else None)
     return {"level": level.value if level.ok else f"ERR {level.detail}", "nvlinks": nvlinks, "connection": connection, "p2p": p2p}
+
+
+def _switch_links(links: Optional[Fact], gpu_buses: set) -> int:
+    """Active links whose far end is no GPU of this machine: an NVSwitch (on the lent 2xH200 VM NVML
+    names it ffff:ff:ff.0), or a GPU hidden from this machine."""
+    if links is None or not links.ok:
+        return 0
+    return sum(1 for link in links.value if link["active"] and link["remote"] and link["remote"] not in gpu_buses)
+
+
+def _through_switch(entry: Dict[str, Any], links_a: Optional[Fact], links_b: Optional[Fact], gpu_buses: set) -> None:
+    """GPUs joined through NVSwitches have no link to each other: NVML's P2P says NVLink works, and
+    ``nvidia-smi topo -m`` prints NV# with # the links each GPU has into the fabric (NV18 on the
+    real 2xH200 whose 18 links all end at ffff:ff:ff.0, while the common ancestor is PHB)."""
+    if entry.get("nvlinks") or entry["p2p"].get("nvlink") != "OK":
+        return
+    count = min(_switch_links(links_a, gpu_buses), _switch_links(links_b, gpu_buses))
+    if count:
+        entry.update(nvlinks=count, connection=f"NV{count}", nvswitch=True)
