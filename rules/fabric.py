@@ -232,6 +232,20 @@ def xid_events(snap):
     return fails or None
 
 
+def _deep_nccl(snap) -> List[Tuple[str, str]]:
+    """What --deep's all-reduce showed, as evidence for the rule that names its cause (GD313, GD315)."""
+    value = snap.value("nccl.allreduce_check")
+    if not snap.get("nccl.allreduce_check").ok or not isinstance(value, dict):
+        return []
+    if value.get("outcome") == "error":
+        said = value.get("nccl_warning") or " ".join(str(value.get("error") or "").split())[:300]
+        return [("--deep: the all-reduce failed, NCCL said", said)]
+    if value.get("outcome") == "ok":
+        return [("--deep: the all-reduce went", f"via {', '.join(value.get('transports') or ['?'])}: "
+                                                 f"{value.get('busbw_gbps')} GB/s bus bandwidth")]
+    return []
+
+
 def _socket_ifname_matches(spec: str, names: Sequence[str]) -> List[str]:
     """The interfaces NCCL_SOCKET_IFNAME selects: prefixes, "=" exact names, "^" to exclude."""
     exclude = spec.startswith("^")
@@ -278,7 +292,7 @@ def nccl_socket_ifname_missing(snap):
     return Fail(
         f"NCCL_SOCKET_IFNAME={spec!r} selects none of this machine's interfaces ({', '.join(names) or 'none'}): "
         "NCCL will fail at init (\"no socket interface found\")",
-        [("env.NCCL_SOCKET_IFNAME", spec), "net.interfaces"],
+        [("env.NCCL_SOCKET_IFNAME", spec), "net.interfaces", *_deep_nccl(snap)],
         Fix("Name an existing interface, or unset the variable.",
             ([f"export NCCL_SOCKET_IFNAME={shlex.quote(usable[0])}"] if usable else []) + ["unset NCCL_SOCKET_IFNAME", "ls /sys/class/net"]),
         severity=ERROR if gpus >= 2 else WARNING,  # one GPU: a single-rank server may never start NCCL
@@ -357,7 +371,7 @@ def nccl_p2p_disabled_on_nvlink(snap):
         return None
     return Fail(
         f"NCCL_P2P_DISABLE={value} on GPUs joined by NVLink ({', '.join(linked)}): NCCL copies through host memory instead",
-        [("env.NCCL_P2P_DISABLE", value), "gpu.pairs"],
+        [("env.NCCL_P2P_DISABLE", value), "gpu.pairs", *_deep_nccl(snap)],
         Fix("Let NCCL use NVLink.", ["unset NCCL_P2P_DISABLE", "nvidia-smi topo -m"]),
     )
 

@@ -39,7 +39,8 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="answer within S seconds, start-up included: the probes stop in time for the verdict (default 10 s)")
     parser.add_argument("--root", default="/", help=argparse.SUPPRESS)  # fake filesystem root, for tests
     parser.add_argument("--python", metavar="PY", help="inspect the environment of this interpreter (e.g. the venv vLLM lives in) instead of gpudoctor's own")
-    parser.add_argument("--deep", action="store_true", help="also load, in a child interpreter with a timeout, the stack's compiled extensions and every CUDA binary without code for the GPU (nothing launched): what the loader says (undefined symbol, missing library) goes into the findings")
+    parser.add_argument("--deep", action="store_true", help="also load, in a child interpreter with a timeout, the stack's compiled extensions and every CUDA binary without code for the GPU (nothing launched): what the loader says (undefined symbol, missing library) goes into the findings; "
+                             "and, with torch, copy between every pair of GPUs and verify, and run one NCCL all-reduce over them (transport, bus bandwidth)")
     parser.add_argument("--gpu", metavar="SPEC", help='judge against this target instead of the GPUs present: [COUNTx]GPU[-MEMORY], e.g. sm_80, A100, H200, '
                              '2xH100-80GB, 8xA100-40GB, "A100 80GB" (kernels, arch lists, TP/PP, memory fit)')
 
@@ -78,11 +79,13 @@ def probe(request, io: IO, meanwhile=None):
 
         override_snapshot(snapshot, gpu, request.gpu)
     if ctx.deep:  # now that the GPUs to judge are known: load what lacks code for them (in a child)
-        from gpudoctor.probes import deep_ext, deep_load, merge
+        from gpudoctor.probes import deep_ext, deep_fabric, deep_load, merge
 
         ctx.deadline = runner.work_deadline(request.timeout)  # what the probes left of the one deadline
+        between = deep_fabric.start(snapshot, ctx)  # P2P and NCCL run on the GPUs while the loads run
         merge(snapshot, deep_load.load(snapshot, ctx))
         merge(snapshot, deep_ext.load(snapshot, ctx))  # every torch extension, after import torch
+        merge(snapshot, deep_fabric.load(snapshot, ctx, between))
     if request.verbose:
         for text in ctx.debug:
             io.stderr.write(text + "\n")

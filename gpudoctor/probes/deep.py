@@ -96,7 +96,10 @@ def collect(ctx) -> Dict[str, Fact]:
         # kernels.load_check too: under --deep, probes/deep_load.py records it after the probes.
         return {**_not_run("not run (use --deep to load the extensions in a child interpreter)"),
                 "kernels.load_check": missing(NOT_SUPPORTED, "not run (use --deep to load the binaries that lack code "
-                                              "for a GPU in a child interpreter)", "--deep")}
+                                              "for a GPU in a child interpreter)", "--deep"),
+                **dict.fromkeys(("gpu.p2p_check", "nccl.allreduce_check"),
+                                missing(NOT_SUPPORTED, "not run (use --deep for a P2P write-and-verify and an NCCL all-reduce "
+                                        "in a child interpreter)", "--deep"))}
     if not ctx.live and not getattr(ctx, "python", None):
         return _not_run("not run: --root is not this machine")
     python = getattr(ctx, "python", None) or sys.executable
