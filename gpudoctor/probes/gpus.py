@@ -37,6 +37,10 @@ def collect(ctx) -> Dict[str, Fact]:
 
             facts.update(nvidia_smi.collect(ctx))
         facts.setdefault("driver.library_path", find_library(ctx))
+    if ctx.live:
+        from gpudoctor.probes import pci_path
+
+        facts.update(pci_path.collect(ctx, facts))  # sysfs only: the bridges above each GPU, the IOMMU
     return facts
 
 
