@@ -48,6 +48,22 @@ def test_missing_interface_is_nccls_own_error():
     assert nccl["nccl_warning"].endswith("NCCL WARN Bootstrap : no socket interface found")
 
 
+def test_a_failing_rank_stopped_the_other_within_seconds_on_the_2xh200():
+    out = (RECORDED / "raw-ifname-missing-early-stop.jsonl").read_text(encoding="utf-8")
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["late_ranks"] == [1] and summary["seconds"] < 5  # 40 s (the deadline) before the early stop
+    nccl = parsed("ifname-missing-early-stop")["nccl.allreduce_check"].value
+    assert nccl["outcome"] == "error" and nccl["error"].startswith("rank 0: DistBackendError")
+    assert nccl["error"].endswith("Bootstrap : no socket interface found")  # whole: the rank's line is no longer cut
+
+
+def test_one_gpu_runs_a_one_rank_all_reduce():
+    facts = parsed("one-gpu", world=1)
+    assert facts["gpu.p2p_check"].status == "not_supported" and "1 GPU" in facts["gpu.p2p_check"].detail
+    nccl = facts["nccl.allreduce_check"].value
+    assert (nccl["outcome"], nccl["world"], nccl["transports"], nccl["gpus"]) == ("ok", 1, [], [0])
+
+
 def test_nothing_printed_is_an_error_fact_not_a_crash():
     snap = Snapshot.from_json(json.loads(SNAPSHOT.read_text(encoding="utf-8")))
     facts = deep_fabric.parse(runner.Completed("error", 1, "", "Traceback …\nSyntaxError: bad"), snap, 2, "g")

@@ -12,7 +12,8 @@ process), with the GPUs of the planned group (a launch's TP × PP, else every vi
   GPU (torch enables peer access and the copy is a peer DMA) and compared on the receiving GPU
   with the same pattern made there. One JSON line per pair, flushed, so a copy that hangs is
   named by the line that started it.
-- NCCL: one process per GPU (as vLLM and SGLang run), a file rendezvous in a private temporary
+- NCCL: one process per GPU (as vLLM and SGLang run), started at once but let into NCCL only
+  when the copies are done (their bandwidth is not shared), a file rendezvous in a private temporary
   directory, an all-reduce whose sum is verified, then timed (64 MiB, bus bandwidth as
   nccl-tests counts it: algbw × 2(n-1)/n), with NCCL_DEBUG=INFO read for the transport NCCL chose
   between the ranks ("via P2P/CUMEM", "via SHM/direct/direct", "via NET/Socket/0") and for its
@@ -66,6 +67,8 @@ try:
     import torch.distributed as dist
     torch.cuda.set_device(rank)
     world = cfg["world"]
+    while not os.path.exists(cfg["go"]):  # the P2P copies first: their bandwidth is not shared with NCCL's
+        time.sleep(0.01)
     began = time.monotonic()
     dist.init_process_group("nccl", init_method=cfg["store"], rank=rank, world_size=world)
     x = torch.full((cfg["numel"],), float(rank + 1), device="cuda")
@@ -128,7 +131,8 @@ def read(rank, proc):
             failed.append(time.monotonic())
 readers = []
 if cfg["nccl"]:
-    rank_cfg = json.dumps({"world": world, "store": "file://" + os.path.join(tmp, "store"), "numel": cfg["numel"], "iters": cfg["iters"]})
+    rank_cfg = json.dumps({"world": world, "store": "file://" + os.path.join(tmp, "store"), "numel": cfg["numel"], "iters": cfg["iters"],
+                           "go": os.path.join(tmp, "go")})
     for rank in range(world):
         try:
             proc = subprocess.Popen([sys.executable, "-I", "-c", rank_program, rank_cfg, str(rank), pythonpath],
@@ -208,7 +212,14 @@ def p2p():
         say({"p2p_error": ("%s: %s" % (type(exc).__name__, exc))[:1000]})
 worker = threading.Thread(target=p2p, daemon=True)
 worker.start()
+# The ranks import torch meanwhile, and start NCCL once the copies are done (or half the time is
+# gone: a copy that hangs must not keep the all-reduce from being tried).
+release = began + cfg["seconds"] / 2
+released = False
 while time.monotonic() < until and (worker.is_alive() or any(proc.poll() is None for _, proc in ranks)):
+    if not released and (not worker.is_alive() or time.monotonic() > release):
+        open(os.path.join(tmp, "go"), "w").close()
+        released = True
     if failed and time.monotonic() > failed[0] + 2.0 and not worker.is_alive():
         break  # a rank failed: the others wait for it in the rendezvous or the collective, for ever
     time.sleep(0.02)
