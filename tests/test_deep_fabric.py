@@ -142,3 +142,23 @@ def test_planned_group_is_the_launchs_tp_times_pp():
     assert deep_fabric.planned_world(snap) == (2, "the 2 visible GPU(s)")
     snap.facts["launch.args"] = snap.facts["gpu.count"].__class__({"--tensor-parallel-size": 2}, "ok", "argv")
     assert deep_fabric.planned_world(snap)[0] == 2
+
+
+def test_preflight_deep_tests_the_commands_group_with_its_assignments(monkeypatch, tmp_path):
+    """The launch's facts are laid over the machine before the --deep children run: TP 2 of 4 GPUs,
+    and the command's NCCL_P2P_DISABLE=1 in the child's environment, as in the server's."""
+    import io
+
+    from gpudoctor import cli
+
+    seen = {}
+
+    def start(snapshot, ctx):
+        seen["world"], seen["env"] = deep_fabric.planned_world(snapshot), ctx.environ.get("NCCL_P2P_DISABLE")
+
+    monkeypatch.setattr(deep_fabric, "start", start)
+    monkeypatch.setattr(deep_fabric, "load", lambda snapshot, ctx, started=None: {})
+    out = io.StringIO()
+    cli.main(["preflight", "--deep", "--root", str(tmp_path), "--gpu", "4xH200", "--", "NCCL_P2P_DISABLE=1", "vllm", "serve", "m", "-tp", "2"],
+             environ={"PATH": os.environ.get("PATH", "")}, stdout=out, stderr=io.StringIO())
+    assert seen == {"world": (2, "the launch's 2 GPU(s) (tensor × pipeline parallel)"), "env": "1"}

@@ -45,11 +45,15 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
                              '2xH100-80GB, 8xA100-40GB, "A100 80GB" (kernels, arch lists, TP/PP, memory fit)')
 
 
-def probe(request, io: IO, meanwhile=None):
+def probe(request, io: IO, meanwhile=None, overlay=None, command_env=None):
     """Run the probes on this machine (under request.root) and return the Snapshot.
 
     ``meanwhile`` runs while the probe threads work (loading the rules overlaps NVML's
     start-up and the file reads).
+
+    ``overlay`` (preflight: the launch command's facts) is laid over the snapshot before the --deep
+    children run, so they test the launch's TP × PP group; ``command_env`` (its ``NAME=value``
+    assignments) is in their environment, as it will be in the server's.
     """
     from gpudoctor.probes import Context, start
 
@@ -78,7 +82,11 @@ def probe(request, io: IO, meanwhile=None):
         from gpudoctor.gpu_table import override_snapshot
 
         override_snapshot(snapshot, gpu, request.gpu)
+    if overlay is not None:
+        overlay(snapshot)
     if ctx.deep:  # now that the GPUs to judge are known: load what lacks code for them (in a child)
+        if command_env:
+            ctx.environ = {**ctx.environ, **command_env}
         from gpudoctor.probes import deep_ext, deep_fabric, deep_load, merge
 
         ctx.deadline = runner.work_deadline(request.timeout)  # what the probes left of the one deadline

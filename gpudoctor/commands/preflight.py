@@ -98,9 +98,9 @@ def run(args, io: IO) -> int:
     if request.snapshot:
         # with --snapshot, --python only said where the command's vLLM lives (read above)
         snapshot = replay(replace(request, python=None))
-    else:
-        snapshot = probe(request, io)
-    overlay_launch(snapshot, read)  # the command's assignments over the machine's env, then its facts
+        overlay_launch(snapshot, read)  # the command's assignments over the machine's env, then its facts
+    else:  # the same, before --deep's children: they test the command's TP group with its assignments
+        snapshot = probe(request, io, overlay=lambda machine: overlay_launch(machine, read), command_env=read.command.env)
     result = run_rules(snapshot, rules)
     result.notes.extend(gpu_notes(snapshot) + preflight_notes(snapshot))
     if inferred is not None:
