@@ -4,7 +4,9 @@ Facts:
   node.xid          Xid events in the kernel ring buffer since boot: [{"code", "pci", "text",
                     "seconds"}] (seconds since boot), read from /dev/kmsg without blocking and
                     bounded (records, bytes, time); no_permission with the reason where the
-                    kernel refuses (kernel.dmesg_restrict=1 without CAP_SYSLOG, a sandbox)
+                    kernel refuses (kernel.dmesg_restrict=1 without CAP_SYSLOG, a sandbox) and
+                    ``journalctl -k`` cannot read them either (it can for the systemd-journal
+                    and adm groups)
   net.interfaces    {name: operstate} from /sys/class/net (what NCCL_SOCKET_IFNAME must name)
   rdma.devices      {device: {port: {"state", "link_layer", "rate"}}} from /sys/class/infiniband
                     ({} with a detail where there is none)
@@ -16,18 +18,23 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
 import stat
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from gpudoctor.knowledge import xid
-from gpudoctor.snapshot import ABSENT, ERROR, NO_PERMISSION, Fact, missing, ok
+from gpudoctor.snapshot import ABSENT, ERROR, NO_PERMISSION, TIMEOUT, Fact, missing, ok
 
 KMSG = "/dev/kmsg"
 MAX_RECORDS = 50_000  # the ring buffer holds a few thousand records on a typical host
 MAX_BYTES = 8 << 20
 TIME_BUDGET = 0.15  # seconds: the ring buffer reads in ~10 ms; never more than this
 MAX_EVENTS = 200  # kept Xid events (the last ones)
+JOURNAL_TIMEOUT = 2.0  # journalctl --grep over one boot's kernel messages: well under a second
+JOURNAL_BYTES = 1 << 20
+_MONOTONIC = re.compile(r"^\[\s*(\d+\.\d+)\]")  # short-monotonic: "[  123.456789] host kernel: …"
 
 
 def collect(ctx) -> Dict[str, Fact]:
@@ -40,8 +47,8 @@ def kernel_xids(ctx) -> Fact:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except PermissionError:
         restrict = (ctx.read_text("/proc/sys/kernel/dmesg_restrict") or "?").strip()
-        return missing(NO_PERMISSION, f"{KMSG}: permission denied (kernel.dmesg_restrict={restrict}); "
-                       "run as root or `sudo dmesg | grep Xid`", KMSG)
+        refused = f"{KMSG}: permission denied (kernel.dmesg_restrict={restrict})"
+        return journal_xids(ctx, refused) or missing(NO_PERMISSION, f"{refused}; run as root or `sudo dmesg | grep Xid`", KMSG)
     except FileNotFoundError:
         return missing(ABSENT, f"no {KMSG} here (a sandbox or container without the kernel log)", KMSG)
     except OSError as exc:
@@ -67,6 +74,43 @@ def kernel_xids(ctx) -> Fact:
         events.append(event)
     detail = f"{len(lines)} kernel-log records read{note}"
     return ok(events[-MAX_EVENTS:], KMSG, detail)
+
+
+def journal_xids(ctx, refused: str) -> Optional[Fact]:
+    """The kernel log through the journal when /dev/kmsg refuses: members of the systemd-journal or
+    adm groups may read ``journalctl -k`` where dmesg_restrict=1 keeps them out of the ring buffer.
+    None when there is no journalctl (or no live machine) to ask."""
+    exe = shutil.which("journalctl", path=ctx.environ.get("PATH")) if ctx.live else None
+    if not exe:
+        return None
+    from gpudoctor import runner
+
+    argv = [exe, "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q"]
+    done = runner.run(argv + ["--grep", "NVRM: Xid"], timeout=JOURNAL_TIMEOUT, env=ctx.environ,
+                      deadline=getattr(ctx, "deadline", None), max_output=JOURNAL_BYTES)
+    if "pattern matching" in done.stderr:  # a journalctl built without PCRE2: read the boot's kernel lines
+        done = runner.run(argv, timeout=JOURNAL_TIMEOUT, env=ctx.environ, deadline=getattr(ctx, "deadline", None),
+                          max_output=JOURNAL_BYTES)
+    source = "journalctl -k -b"
+    if done.status == "timeout":
+        return missing(TIMEOUT, f"{refused}; journalctl -k did not answer: {done.detail}", source)
+    said = (done.stderr or "").strip().splitlines()
+    if any("insufficient permissions" in line or "No journal files were opened" in line for line in said):
+        return missing(NO_PERMISSION, f"{refused}; journalctl -k: {said[0][:160]} (the systemd-journal or adm group "
+                       "can read it); run as root or `sudo dmesg | grep Xid`", source)
+    # exit 1 with nothing on stderr: --grep matched no line (journalctl's way of saying "no entries")
+    if done.status != "ok" and not (done.returncode == 1 and not said):
+        return missing(ERROR, f"{refused}; journalctl -k: {(said or [done.detail])[0][:200]}", source)
+    events: List[Dict[str, Any]] = []
+    lines = done.stdout.splitlines()
+    for line in lines:
+        event = xid.parse_line(line) if "NVRM: Xid" in line else None
+        if event is not None:
+            match = _MONOTONIC.match(line)
+            event["seconds"] = round(float(match.group(1)), 3) if match else None
+            events.append(event)
+    return ok(events[-MAX_EVENTS:], source, f"{refused}: read the journal's kernel messages of this boot instead "
+                                            f"({len(lines)} line(s) with an Xid pattern)")
 
 
 def _records(fd: int):
