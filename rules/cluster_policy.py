@@ -74,6 +74,7 @@ IGNORED: Tuple[str, ...] = (
     "*.path", "*.paths", "*.realpath", "*.location", "*.executable", "*.prefix", "*.source", "*.sources",
     "*.dir", "*.binaries", "*.files", "cuda.gcc", "probe.*",
     "env.VLLM_HOST_IP",  # unique per node by design (vLLM's run_cluster.sh: -e VLLM_HOST_IP=<node ip>)
+    "nccl.allreduce_check", "nccl.allreduce_check.*",  # --deep's measurement on each node (bandwidth, timings)
 )
 UNSET = "(unset)"
 NOT_INSTALLED = "(not installed)"

@@ -79,3 +79,29 @@ CASES = [
     Case("64-mib-dev-shm-on-one-node", "GD908", nodes(("big", H200()), ("small", H200(put("host.shm_total", 64 << 20)))),
          "fail", "warning", ("/dev/shm on small is 0.1 GiB", "needs 9.3 GiB"), subject="small"),
 ]
+
+# GD909 cluster-rdma-differs: the H200 recordings have no RDMA device; the ports are public
+# /sys/class/infiniband readings' shape (state "4: ACTIVE", link_layer InfiniBand / Ethernet for RoCE).
+IB = {"mlx5_0": {"1": {"state": "4: ACTIVE", "link_layer": "InfiniBand", "rate": "400 Gb/sec (4X NDR)"}}}
+ROCE = {"mlx5_0": {"1": {"state": "4: ACTIVE", "link_layer": "Ethernet", "rate": "200 Gb/sec (4X HDR)"}}}
+IB_DOWN = {"mlx5_0": {"1": {"state": "1: DOWN", "link_layer": "InfiniBand", "rate": "10 Gb/sec (4X SDR)"}}}
+CASES += [
+    Case("no-rdma-anywhere", "GD909", nodes(("a", H200(put("rdma.devices", {}))), ("b", H200(put("rdma.devices", {})))), "not_applicable"),
+    Case("ib-on-both", "GD909", nodes(("a", H200(put("rdma.devices", IB))), ("b", H200(put("rdma.devices", IB)))), "pass"),
+    Case("ib-down-on-one", "GD909", nodes(("a", H200(put("rdma.devices", IB))), ("b", H200(put("rdma.devices", IB_DOWN)))),
+         "fail", "warning", ("InfiniBand on a; none active on b",), subject="b", commands=("ibstat", "NCCL_IB_DISABLE=1")),
+    Case("ib-and-roce", "GD909", nodes(("a", H200(put("rdma.devices", IB))), ("b", H200(put("rdma.devices", ROCE))),
+                                       ("c", H200(put("rdma.devices", IB)))),
+         "fail", "warning", ("InfiniBand on a, c; Ethernet on b",), subject="b"),
+    Case("unread-on-one", "GD909", nodes(("a", H200(put("rdma.devices", IB))), ("b", H200(put("rdma.devices", None, "error", "x")))),
+         "unknown", message=("not read on b",)),
+    Case("single-node", "GD909", lambda tmp: Snapshot.from_json(load("h200.json")), "not_applicable"),
+]
+
+# --deep's all-reduce is measured on each node: its numbers differ, the stack does not (GD903).
+DEEP = {"outcome": "ok", "world": 2, "transports": ["P2P/CUMEM"], "nccl_version": "2.28.9"}
+CASES += [
+    Case("deep-measurements-differ", "GD903",
+         nodes(("a", H200(put("nccl.allreduce_check", {**DEEP, "busbw_gbps": 268.53}))),
+               ("b", H200(put("nccl.allreduce_check", {**DEEP, "busbw_gbps": 267.27})))), "pass"),
+]
