@@ -166,7 +166,7 @@ def nvlink_degraded(snap):
         up = len(links) - len(down)
         fails.append(Fail(
             f"{_label(snap, index)}: {up} of {len(links)} NVLink links up (down: {', '.join(down)})",
-            [f"gpu.{index}.nvlink_links"],
+            [f"gpu.{index}.nvlink_links"] + ([f"gpu.{index}.nvlink_counters"] if snap.get(f"gpu.{index}.nvlink_counters").ok else []),
             Fix("Check the links and retrain them with a GPU reset.", ["nvidia-smi nvlink -s -i %d" % index,
                                                                         "sudo dmesg | grep -i 'xid'", f"sudo nvidia-smi -r -i {index}"],
                 "disruptive"),

@@ -282,6 +282,21 @@ def module(tape: Dict[str, Any], v2_memory: bool = True, missing: tuple = ()) ->
         return gpu_key(h, "pcie_width_max") if "pcie_width_max" in tape["gpus"][h.index] else gpu_key(h, "pcie_width")
 
     @api
+    def nvmlDeviceGetFieldValues(h: _Handle, field_ids: List[int]) -> Any:
+        """The tape's ``nvlink_fields`` ({field id: value}) in pynvml's own c_nvmlFieldValue_t array;
+        a field the tape lacks answers NVML_ERROR_NOT_SUPPORTED (3) in its own slot, as NVML does."""
+        recorded = {int(k): v for k, v in gpu_key(h, "nvlink_fields").items()}
+        values = (real.c_nvmlFieldValue_t * len(field_ids))()
+        for slot, field in enumerate(field_ids):
+            values[slot].fieldId = field
+            if field in recorded:
+                values[slot].nvmlReturn, values[slot].valueType = 0, 3  # NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                values[slot].value.ullVal = recorded[field]
+            else:
+                values[slot].nvmlReturn = 3
+        return values
+
+    @api
     def nvmlDeviceGetNvLinkState(h: _Handle, link: int) -> int:
         links = gpu_key(h, "nvlink_active")
         if link >= len(links):

@@ -242,3 +242,18 @@ def test_cpulist_spelling():
     assert cpulist([0xFFFF]) == "0-15"
     assert cpulist([0b1011, 1]) == "0-1,3,64"
     assert cpulist([0, 0]) == ""
+
+
+def test_nvlink_speed_and_error_totals_in_one_field_values_call(fake_nvml_module):
+    tape = fake_nvml.h200x2()
+    for gpu in tape["gpus"]:  # the speed NVML gives in MB/s for nvidia-smi nvlink -s's "26.562 GB/s"; no errors
+        gpu["nvlink_fields"] = {90: 26562, 52: 0, 59: 0, 38: 0}  # CRC data (45) left out: NotSupported on its own
+    fake_nvml_module(tape)
+    facts = nvml.collect()
+    assert facts["gpu.1.nvlink_counters"].value == {"speed_mbps": 26562, "replay_errors": 0, "recovery_errors": 0, "crc_flit_errors": 0}
+
+
+def test_nvlink_counters_not_asked_without_nvlink(fake_nvml_module):
+    fake_nvml_module(fake_nvml.h200())
+    facts = nvml.collect()
+    assert "gpu.0.nvlink_counters" not in facts and facts["gpu.0.nvlink_links"].status == "not_supported"

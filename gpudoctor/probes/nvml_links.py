@@ -8,6 +8,9 @@ importer. What ``nvidia-smi topo -m`` and ``topo -p2p`` print, as facts:
   gpu.N.cpu_affinity   nvmlDeviceGetCpuAffinity as a cpulist ("0-15"), topo -m's "CPU Affinity"
   gpu.N.nvlink_links   per link: {"link", "active", "remote"}: the remote end's PCI bus id
                        (nvmlDeviceGetNvLinkRemotePciInfo), so pairs count their links (topo -m "NV18")
+  gpu.N.nvlink_counters  {"speed_mbps", "replay_errors", "recovery_errors", "crc_flit_errors",
+                       "crc_data_errors"}: nvidia-smi nvlink -s / -e, one nvmlDeviceGetFieldValues
+                       call (the error counts summed over the links); only where NVLink is
   gpu.pairs            {"0-1": {"level", "nvlinks", "connection", "p2p": {"read", "write", "nvlink",
                        "atomics"}}}: nvmlDeviceGetTopologyCommonAncestor and nvmlDeviceGetP2PStatus,
                        spelled as topo -m / topo -p2p spell them (PHB, NV18; OK, CNS, GNS, TNS, NS, U)
@@ -55,7 +58,39 @@ def gpu_facts(nv: Any, h: Any, query: Callable[..., Fact]) -> Dict[str, Fact]:
         missing(NOT_SUPPORTED, "this nvidia-ml-py has no nvmlDeviceGetNumaNodeId", SOURCE)
     f["cpu_affinity"] = query(nv.nvmlDeviceGetCpuAffinity, h, MAX_CPUS // 64, convert=lambda words: cpulist(list(words)))
     f["nvlink_links"] = _links(nv, h, query)
+    if f["nvlink_links"].ok and f["nvlink_links"].value:
+        f["nvlink_counters"] = _counters(nv, h, query)
     return f
+
+
+# nvmlDeviceGetFieldValues in one call: what ``nvidia-smi nvlink -s`` (speed) and ``nvlink -e``
+# (error counters, summed over the links) print. Fields a driver does not know answer per field.
+COUNTER_FIELDS = (("speed_mbps", "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON"),
+                  ("replay_errors", "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"),
+                  ("recovery_errors", "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"),
+                  ("crc_flit_errors", "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"),
+                  ("crc_data_errors", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"))
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}  # nvmlValueType_t
+
+
+def _counters(nv: Any, h: Any, query: Callable[..., Fact]) -> Fact:
+    known = [(name, getattr(nv, constant)) for name, constant in COUNTER_FIELDS if hasattr(nv, constant)]
+    if not known or not hasattr(nv, "nvmlDeviceGetFieldValues"):
+        return missing(NOT_SUPPORTED, "this nvidia-ml-py has no NVLink field values", SOURCE)
+
+    def convert(values: Any) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        for (name, _), value in zip(known, values):
+            if getattr(value, "nvmlReturn", 1) != 0:
+                continue  # NotSupported for this field on this GPU/driver
+            member = _VALUE_MEMBERS.get(int(getattr(value, "valueType", 3)), "ullVal")
+            out[name] = getattr(value.value, member)
+        return out
+
+    fact = query(nv.nvmlDeviceGetFieldValues, h, [field for _, field in known], convert=convert)
+    if fact.ok and not fact.value:
+        return missing(NOT_SUPPORTED, "NVML answered none of the NVLink fields", SOURCE)
+    return fact
 
 
 def _links(nv: Any, h: Any, query: Callable[..., Fact]) -> Fact:
