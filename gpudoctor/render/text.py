@@ -131,8 +131,17 @@ def _n(count: int, word: str) -> str:
     return f"{count} {word}{'s' * (count != 1)}"
 
 
+# Control characters a value carries (a kernel file with NUL bytes, a process title with an ESC
+# sequence) are shown escaped, never sent to the terminal: C0 but tab and newline, DEL, and C1.
+_CONTROL = {code: f"\\x{code:02x}" for code in [*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0)]}
+
+
+def printable(text: str) -> str:
+    return text.translate(_CONTROL)
+
+
 def plain(lines: List[Line]) -> str:
-    return "\n".join("".join(text for text, _ in line).rstrip() for line in lines) + "\n"
+    return "\n".join(printable("".join(text for text, _ in line)).rstrip() for line in lines) + "\n"
 
 
 def write(lines: List[Line], stream, color: bool, redactor=None) -> None:
@@ -155,6 +164,7 @@ def write(lines: List[Line], stream, color: bool, redactor=None) -> None:
     console = Console(file=stream, highlight=False, soft_wrap=True, force_terminal=True, color_system="standard", no_color=False)
     for line in lines:
         text = Text()
+        line = [(printable(segment), style) for segment, style in line]
         whole = "".join(segment for segment, _ in line)
         scrubbed = redact(whole)
         if scrubbed != whole:
