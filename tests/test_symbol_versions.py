@@ -162,3 +162,31 @@ def test_newest():
     assert dynamic_loader.newest(["GLIBCXX_3.4", "GLIBCXX_3.4.30", "GLIBCXX_3.4.9", "CXXABI_1.3"], "GLIBCXX_3.4.32") == "GLIBCXX_3.4.30"
     assert dynamic_loader.newest(["GLIBC_2.2.5", "GLIBC_2.36", "GLIBC_PRIVATE"], "GLIBC_2.38") == "GLIBC_2.36"
     assert dynamic_loader.newest([], "GLIBC_2.38") is None
+
+
+# --- explain: the loader's words confirmed (or not) from what GD508 read --------------------------
+def _explained(text: str, snap) -> tuple:
+    from gpudoctor import explain
+
+    [match] = [m for m in explain.diagnose(text).matches if m.signature.role == "cause"]
+    result = explain.confirm(match.signature, snap, details=match.details)
+    return match.signature.id, result.verdict, [c.text for c in result.checks if c.kind == explain.CONFIRMED]
+
+
+@pytest.mark.skipif(not Path(SYSTEM_LIBSTDCXX).exists(), reason="needs the system's libstdc++")
+def test_explain_confirms_the_missing_version_where_it_is_missing(built, tmp_path):
+    site, lib = built
+    bad = install_versioned(site, lib, "newgcc", "libstdc++.so.6", "GLIBCXX_3.4.99", tmp_path)
+    good = install_versioned(site, lib, "oldgcc", "libstdc++.so.6", "GLIBCXX_3.4", tmp_path)
+    snap = snapshot_of(site)
+    error = real_load(lib, bad).stderr.strip().splitlines()[-1]  # the loader's own line
+    sig, verdict, said = _explained(error, snap)
+    assert (sig, verdict) == ("SIG-libstdcxx-too-old", "confirmed") and bad in said[0] and "GLIBCXX_3.4.99" in said[0]
+    # the same words about the extension whose libraries define what it needs: not this machine's problem
+    sig, verdict, _ = _explained(f"OSError: /usr/lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.99' not found "
+                                 f"(required by {good})", snap)
+    assert verdict == "not_confirmed"
+    # a module gpudoctor does not read: it says so, and does not deny it
+    sig, verdict, _ = _explained("ImportError: /lib64/libstdc++.so.6: version `GLIBCXX_3.4.20' not found "
+                                 "(required by /opt/x/_youtokentome_cython.so)", snap)
+    assert verdict == "could_not_check"

@@ -374,9 +374,11 @@ BUILD = (
         "thread_fixes": [
             {"fix": "conda install -c conda-forge libstdcxx-ng fixed it", "url": "https://github.com/ztxz16/fastllm/issues/102"},
         ],
-        "sources": ["pytorch/pytorch#87279", "kvcache-ai/ktransformers#439", "llm-d/llm-d#445"],
+        "details": [r"\(required by (?P<required_by>/[^)\s]+)\)"],
+        "sources": ["pytorch/pytorch#87279", "pytorch/pytorch#115138", "kvcache-ai/ktransformers#439", "llm-d/llm-d#445"],
         "confirm_rules": ["GD207"],
-        "cannot_check": "gpudoctor does not read the version of the libstdc++ a process loads",
+        "detail_check": "symbol_version",
+        "cannot_check": "gpudoctor reads the symbol versions torch-linked extensions need (GD508), not those of other modules",
         "facts": ["env.LD_LIBRARY_PATH", "python.executable"],
     },
     {
@@ -390,8 +392,10 @@ BUILD = (
         "thread_fixes": [
             {"fix": "maintainer: PyTorch binaries do not support CentOS 6 (glibc 2.12); upgrade the OS (CentOS 7) or build from source", "url": "https://github.com/pytorch/pytorch/issues/14274"},
         ],
+        "details": [r"\(required by (?P<required_by>/[^)\s]+)\)"],
         "sources": ["vllm-project/vllm#6562"],
-        "cannot_check": "gpudoctor does not compare the glibc with the wheels' manylinux tags yet",
+        "detail_check": "symbol_version",
+        "cannot_check": "gpudoctor reads the symbol versions torch-linked extensions need (GD508), not those of other modules",
         "facts": ["host.os"],
     },
     {
