@@ -153,6 +153,7 @@ def test_extension_built_with_a_newer_libstdcxx_than_this_system_has(tmp_path):
 # --- real wheels from PyPI over CPU torch 2.13.0 -----------------------------------------------------
 @pytest.mark.parametrize("dist, version, package, subject", [
     ("torchvision", "0.27.0", "torchvision", "torchvision"),
+    ("torchaudio", "2.11.1", "torchaudio", "torchaudio"),
     ("xformers", "0.0.32.post1", "xformers", "xformers"),
     ("sglang-kernel", "0.4.10", "sgl_kernel", "sglang-kernel"),
     ("vllm", "0.33.0", "vllm", "vllm"),
