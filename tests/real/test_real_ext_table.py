@@ -233,20 +233,26 @@ def graft(target: Path, base: Path, donor: Path, dist: str) -> Path:
     return target / "bin" / "python"
 
 
-@pytest.mark.parametrize("dist, engine, release, broken", [
-    ("vllm", "vllm", "0.20.0", True),  # built for torch 2.11.0+cu130
-    ("xformers", "vllm", "0.11.0", True),  # 0.0.32.post1, built for torch 2.8.0+cu128
-    ("sglang-kernel", "sglang", "0.5.23", None),  # 0.4.10, built for torch 2.14.1+cu130
+TORCH_OF = {"0.33.0": "2.14.0+cu130", "0.20.0": "2.11.0+cu130"}  # the base closures' torch
+
+
+@pytest.mark.parametrize("dist, engine, release, base_release, broken", [
+    ("vllm", "vllm", "0.20.0", "0.33.0", True),  # built for torch 2.11.0+cu130
+    ("xformers", "vllm", "0.11.0", "0.33.0", True),  # 0.0.32.post1, built for torch 2.8.0+cu128
+    ("xformers", "vllm", "0.11.0", "0.20.0", True),
+    ("sglang-kernel", "sglang", "0.5.23", "0.33.0", None),  # 0.4.10, built for torch 2.14.1+cu130: the truth is the H200's
+    ("sglang-kernel", "sglang", "0.5.23", "0.20.0", True),  # over torch 2.11 (the H200's torch: scripts/device/stack.sh step 5)
 ])
-def test_cuda_extension_over_another_closures_torch(tmp_path, dist, engine, release, broken):
-    base = realenv.release_venv("0.33.0")  # torch 2.14.0+cu130
+def test_cuda_extension_over_another_closures_torch(tmp_path, dist, engine, release, base_release, broken):
+    base = realenv.release_venv(base_release)
     donor = realenv.release_venv(release) if engine == "vllm" else realenv.closure_venv(release, engine=engine)
     python = graft(tmp_path / "venv", base, donor, dist)
     static = gd508(python)
     finding = [f for f in static["findings"] if f["subject"] == dist]
-    write_row(f"e-{dist}-from-{engine}-{release}-over-torch-2.14.0-cu130", truth="H200: import after pip install --no-deps over its torch",
+    write_row(f"e-{dist}-from-{engine}-{release}-over-torch-{TORCH_OF[base_release]}",
+              truth="not importable here (sparse CUDA files); the H200 imports them",
               static=finding_text(dict(static, findings=finding)) if finding else static["status"],
-              deep="not run (sparse CUDA files: the H200 imports them)", explain="—", broken=bool(finding))
+              deep="not run (sparse CUDA files)", explain="—", broken=bool(broken))
     if broken:
         assert finding, static
     # the rest of the closure stays clean: only the swapped distribution is named
