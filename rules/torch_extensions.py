@@ -145,8 +145,10 @@ def _fix(snap, dist: Optional[str], entry: Dict[str, Any], cuda_over_cpu: bool) 
         if dist.lower() in ENGINES:
             return Fix(f"Install the torch {dist} {version} was built for (its pin), or a {dist} release built for torch {public}.",
                        [f"{pip} {shlex.quote('torch==' + pin)}"])
+        cpu_note = (f" torch {torch} is a CPU build, over which no CUDA build of {dist} loads: on a GPU machine, install "
+                    "torch's CUDA build first." if cuda_over_cpu else "")
         return Fix(f"Install the {dist} release built for torch {public} (pip picks the one whose torch pin it satisfies); "
-                   f"{dist} {version} was built for torch {pin}.",
+                   f"{dist} {version} was built for torch {pin}.{cpu_note}",
                    [f"{pip}{extra} {shlex.quote(dist + '!=' + version)} {shlex.quote('torch==' + public)}"])
     if cuda_over_cpu and index and pin:  # a release pinned to this torch: torch's index has its CPU build
         return Fix(f"Install the {dist} build made for this CPU torch, from torch's own index ({index}).",

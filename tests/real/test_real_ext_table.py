@@ -178,6 +178,9 @@ def test_pypi_extension_over_cpu_torch(dist, version, package, subject):
     assert failed, loads  # a CUDA build over a CPU torch: the loader refuses its files
     judge(f"c-{dist}-{version}-over-torch-2.13.0-cpu", python, True, truth, error, subject=subject,
           expect_explain="confirmed" if dist != "sglang-kernel" else "")
+    if dist == "xformers":  # a CUDA-only package over a CPU torch: the fix says the torch is the CPU build
+        [finding] = [f for f in gd508(python)["findings"] if f["subject"] == subject]
+        assert "is a CPU build, over which no CUDA build of xformers loads" in str(finding["fix"]), finding["fix"]
 
 
 def test_flashinfer_ships_no_torch_extension():
