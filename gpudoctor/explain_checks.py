@@ -104,14 +104,39 @@ def tokenizers_version(details: Dict[str, str], snapshot: Snapshot) -> List[Tupl
              "else (a newer release, or it is malformed)")]
 
 
+def symbol_version(details: Dict[str, str], snapshot: Snapshot) -> List[Tuple[str, str]]:
+    """The version the loader said is missing against what GD508 read of the torch extensions here
+    (probes/dynamic_loader.py): the extension named by "(required by …)" and the library it loads."""
+    import os
+
+    version = str(details.get("version") or "")
+    required_by = os.path.normpath(details["required_by"]) if details.get("required_by") else None
+    value = snapshot.value("torch.extensions")
+    items = value.get("extensions") if isinstance(value, dict) else None
+    entries = [e for e in items if isinstance(e, dict)] if isinstance(items, list) else []
+    for entry in entries:
+        for lacking in entry.get("versions_missing") or []:
+            if isinstance(lacking, dict) and version in (lacking.get("missing") or []) and (
+                    required_by is None or os.path.normpath(str(entry.get("path"))) == required_by):
+                newest = f" (its newest is {lacking['newest']})" if lacking.get("newest") else ""
+                return [("confirmed", f"{entry.get('path')} needs {version} of {lacking.get('library')}, and "
+                         f"{lacking.get('path')}, the one it loads here, does not define it{newest}")]
+    if required_by is not None and any(os.path.normpath(str(e.get("path"))) == required_by for e in entries):
+        return [("not_confirmed", f"{required_by} is checked here: the libraries it loads define every symbol version it needs")]
+    return [("could_not_check", "gpudoctor reads the symbol versions of torch-linked extensions (GD508); "
+             + (f"{required_by} is not one of them here" if required_by else "the text does not say which file needs it"))]
+
+
 CHECKS: Dict[str, Callable[[Dict[str, str], Snapshot], List[Tuple[str, str]]]] = {
     "shared_memory_per_block": shared_memory_per_block,
     "tokenizers_version": tokenizers_version,
+    "symbol_version": symbol_version,
 }
 # How explain names each check in "confirmed by …".
 LABELS = {
     "shared_memory_per_block": "the shared memory per block of the GPUs here",
     "tokenizers_version": "the tokenizers installed here",
+    "symbol_version": "the symbol versions the torch extensions here need",
 }
 
 

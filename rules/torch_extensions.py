@@ -25,7 +25,26 @@ def extensions(snap) -> List[Dict[str, Any]]:
 
 
 def broken(entry: Dict[str, Any]) -> bool:
-    return bool(entry.get("unresolved") or (entry.get("symbols") or {}).get("missing_count"))
+    return bool(entry.get("unresolved") or entry.get("versions_missing") or (entry.get("symbols") or {}).get("missing_count"))
+
+
+def _versions_said(entry: Dict[str, Any]) -> List[str]:
+    """Each library whose symbol versions it needs are not defined by the file the loader will use, in the loader's words."""
+    out = []
+    for item in entry.get("versions_missing") or []:
+        if not isinstance(item, dict) or not item.get("missing"):
+            continue
+        wanted = [str(v) for v in item["missing"]]
+        more = int(item.get("missing_count") or len(wanted)) - len(wanted)
+        newest = f", newest {item['newest']}" if item.get("newest") else ""
+        out.append(f"it needs {', '.join(wanted)}{f' (and {more} more)' if more > 0 else ''} of {item.get('library')}, which "
+                   f"{item.get('path')} (the one it will load{newest}) does not define: "
+                   f"\"version `{wanted[0]}' not found (required by {entry.get('path')})\"")
+    return out
+
+
+def _versions_only(entry: Dict[str, Any]) -> bool:
+    return bool(entry.get("versions_missing")) and not entry.get("unresolved") and not (entry.get("symbols") or {}).get("missing_count")
 
 
 def _flash_attn_files(snap) -> set:
@@ -90,7 +109,26 @@ def _torch_index(torch_version: str) -> Optional[str]:
     return None
 
 
+def _versions_fix(snap, dist: Optional[str], entry: Dict[str, Any]) -> Fix:
+    """Built with a newer toolchain than this system's libraries: a newer libstdc++/glibc, or a build for this one."""
+    libraries = {str(i.get("library")) for i in entry.get("versions_missing") or [] if isinstance(i, dict)}
+    what = dist or os.path.basename(str(entry.get("path")))
+    py = shlex.quote(str(snap.value("python.executable") or "python3"))
+    if any(lib.startswith("libstdc++") for lib in libraries):
+        return Fix(f"{what} was built with a newer GCC than the libstdc++ this process loads: load a newer libstdc++ "
+                   "(a newer OS image, or conda-forge's libstdcxx-ng in a conda environment), or rebuild it here "
+                   "(--no-build-isolation, with this system's compiler).",
+                   ["conda install -c conda-forge 'libstdcxx-ng>=13'  # in a conda environment",
+                    f"{py} -m pip install --no-build-isolation --no-deps --force-reinstall --no-binary {shlex.quote(what)} {shlex.quote(what)}"])
+    return Fix(f"{what} was built for a newer {', '.join(sorted(libraries))} than this system has: use an OS or "
+               f"container image with a newer glibc, or a build of {what} for this one (its manylinux tag).",
+               ["ldd --version | head -1", f"{py} -m pip install --no-build-isolation --no-deps --force-reinstall --no-binary "
+                f"{shlex.quote(what)} {shlex.quote(what)}"])
+
+
 def _fix(snap, dist: Optional[str], entry: Dict[str, Any], cuda_over_cpu: bool) -> Fix:
+    if _versions_only(entry):
+        return _versions_fix(snap, dist, entry)
     py = shlex.quote(str(snap.value("python.executable") or "python3"))
     torch = str(snap.value("torch.version") or "")
     public = torch.split("+")[0]
@@ -107,8 +145,10 @@ def _fix(snap, dist: Optional[str], entry: Dict[str, Any], cuda_over_cpu: bool) 
         if dist.lower() in ENGINES:
             return Fix(f"Install the torch {dist} {version} was built for (its pin), or a {dist} release built for torch {public}.",
                        [f"{pip} {shlex.quote('torch==' + pin)}"])
+        cpu_note = (f" torch {torch} is a CPU build, over which no CUDA build of {dist} loads: on a GPU machine, install "
+                    "torch's CUDA build first." if cuda_over_cpu else "")
         return Fix(f"Install the {dist} release built for torch {public} (pip picks the one whose torch pin it satisfies); "
-                   f"{dist} {version} was built for torch {pin}.",
+                   f"{dist} {version} was built for torch {pin}.{cpu_note}",
                    [f"{pip}{extra} {shlex.quote(dist + '!=' + version)} {shlex.quote('torch==' + public)}"])
     if cuda_over_cpu and index and pin:  # a release pinned to this torch: torch's index has its CPU build
         return Fix(f"Install the {dist} build made for this CPU torch, from torch's own index ({index}).",
@@ -133,6 +173,7 @@ def describe(snap, entry: Dict[str, Any]) -> List[str]:
         hints = sorted({h for h in (abi_hint(s, abi) for s in missing) if h})
         reasons.append(f"{name} needs {count} torch symbol(s) that torch {torch} does not export, e.g. {shown}"
                        + (f" ({'; '.join(hints)})" if hints else ""))
+    reasons += [f"{name}: {said}" for said in _versions_said(entry)]
     unresolved = [str(n) for n in entry.get("unresolved") or []]
     if unresolved:
         loads = [n for n in (snap.value("torch.extensions") or {}).get("torch_loads") or [] if str(n).startswith("libcudart.so")]
@@ -150,9 +191,10 @@ def loads(snap) -> Dict[str, Dict[str, Any]]:
 
 
 def _torch_failure(load: Dict[str, Any]) -> bool:
-    """A load failure that is this rule's cause: a torch symbol undefined, or a library it needs absent."""
+    """A load failure that is this rule's cause: a torch symbol undefined, a library it needs absent, or
+    a symbol version its libraries do not define."""
     symbol = str(load.get("undefined_symbol") or "")
-    return load.get("cause") == "missing_library" or symbol.startswith(("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch",
+    return load.get("cause") in ("missing_library", "missing_version") or symbol.startswith(("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch",
                                                                          "_ZNK5torch", "_ZTIN3c10", "_ZTVN3c10"))
 
 
@@ -171,7 +213,14 @@ def extension_built_for_other_torch(snap):
     gpudoctor reads each such extension's undefined torch symbols (`.dynsym`) and looks each up in
     the installed torch's libraries (`.gnu.hash`), and resolves each `DT_NEEDED` library the way the
     loader would (RPATH/RUNPATH with `$ORIGIN`, `LD_LIBRARY_PATH`, the loader cache, what
-    `import torch` loads) — without importing anything. flash-attn 2/3 is judged by GD404. A
+    `import torch` loads) — without importing anything. It also reads the symbol versions each
+    needs of its libraries (`.gnu.version_r`: `GLIBCXX_3.4.32`, `CXXABI_1.3.15`, `GLIBC_2.38`) and
+    looks each up in the library the loader will use (`.gnu.version_d`: the libstdc++ `import
+    torch` loaded, the system's libc): one built with a newer toolchain than this system's fails
+    with `version `GLIBCXX_3.4.32' not found (required by …)`. A version is reported missing only
+    when no library the loader might pick (the loaded one, its own search, the interpreter's
+    RPATH) defines it; a library without version definitions satisfies any (glibc's
+    `match_symbol`), and weak requirements are never refused. flash-attn 2/3 is judged by GD404. A
     bundle of one build per torch release (file names tagged torch24 … torch29 in one directory)
     is judged by the file for the installed torch only: the package loads that one.
     `--deep` loads each of them (at most 16, the broken first) in a child interpreter right after
@@ -181,7 +230,9 @@ def extension_built_for_other_torch(snap):
     The release of that distribution built for the installed torch (pip picks it when asked for
     `torch==INSTALLED` beside it), from torch's own index for a `+cpu`/`+cuXXX` torch; for a
     distribution with no such wheel, a rebuild against the installed torch with
-    `--no-build-isolation`.
+    `--no-build-isolation`. For a missing `GLIBCXX_`/`CXXABI_` version: a newer libstdc++ (a newer
+    image, or conda-forge's `libstdcxx-ng` inside conda), or a rebuild with this system's compiler;
+    for `GLIBC_`: a newer OS image or a build for this glibc.
 
     ## References
     - https://github.com/pytorch/pytorch/issues/143962 (the CXX11 ABI of torch's wheels),
@@ -191,7 +242,10 @@ def extension_built_for_other_torch(snap):
       (torchvision/torch version pairs), https://github.com/Dao-AILab/flash-attention/issues/1832
       (undefined symbol after a torch upgrade).
     - ld.so(8) (library search order), System V gABI "Dynamic Section", GNU hash as in glibc's
-      elf/dl-lookup.c.
+      elf/dl-lookup.c; symbol versions: the LSB's "Symbol Versioning"
+      (https://refspecs.linuxfoundation.org/LSB_5.0.0/LSB-Core-generic/LSB-Core-generic/symversion.html),
+      glibc's elf/dl-version.c, https://github.com/pytorch/pytorch/issues/87279 ("GLIBCXX_3.4.30
+      not found" with an older libstdc++ loaded first).
     """
     fact = snap.get("torch.extensions")
     if not fact.ok:
@@ -219,7 +273,9 @@ def extension_built_for_other_torch(snap):
         for entry in entries[1:3]:  # its other files: how much, not the same symbols again
             count = (entry.get("symbols") or {}).get("missing_count") or 0
             libs = ", ".join(str(n) for n in entry.get("unresolved") or [])
-            said = [f"{count} missing torch symbol(s)" if count else "", f"needs {libs}" if libs else ""]
+            versions = ", ".join(str(v) for i in entry.get("versions_missing") or [] if isinstance(i, dict) for v in i.get("missing") or [])
+            said = [f"{count} missing torch symbol(s)" if count else "", f"needs {libs}" if libs else "",
+                    f"needs {versions}" if versions else ""]
             reasons.append(f"{os.path.basename(str(entry.get('path')))} too ({', '.join(x for x in said if x)})")
         cuda_over_cpu = cpu_torch and any(
             _CUDA_TORCH_LIBS.match(str(n)) for e in entries for n in e.get("unresolved") or [])

@@ -297,6 +297,29 @@ BUILD = (
         "facts": ["torch.version", "torch.cuda", "torch.extensions"],
     },
     {
+        "id": "SIG-torch-cuda-library-missing",
+        "key": "torch_cuda_lib_missing",
+        "title": "An extension needs torch's CUDA libraries, and this torch has none (libc10_cuda.so: cannot open shared object file)",
+        "patterns": [r"(?P<library>lib(?:c10_cuda|torch_cuda\w*|c10_hip|torch_hip)\.so): cannot open shared object file"],
+        "cause": (
+            "A compiled extension built against a CUDA (or ROCm) torch needs that torch's own GPU libraries "
+            "(libc10_cuda.so, libtorch_cuda.so); the torch installed is a CPU build, which has none, or an older "
+            "layout (libtorch_cuda_cu.so was merged into libtorch_cuda.so in torch 1.13)."
+        ),
+        "fix": "Install the torch build the extension was made for (the CUDA build of its torch pin), or the extension's build for this torch.",
+        "commands": [
+            "python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'",
+            "python3 -m pip list 2>/dev/null | grep -iE '^(torch|torchvision|torchaudio|xformers|vllm|sglang-kernel) '",
+        ],
+        "thread_fixes": [
+            {"fix": "the CPU-only machine had a CUDA build of the extension: install its CPU build (the wheel index of the CPU torch)",
+             "url": "https://github.com/pyg-team/pytorch_geometric/issues/3904"},
+        ],
+        "sources": ["pyg-team/pytorch_geometric#3904", "facebookresearch/pytorch3d#923", "RUCAIBox/CRSLab#6", "pytorch/pytorch#110074"],
+        "confirm_rules": ["GD508:cannot open shared object"],
+        "facts": ["torch.version", "torch.cuda", "torch.extensions"],
+    },
+    {
         "id": "SIG-xformers-built-for-other-torch",
         "key": "xformers_wrong_torch",
         "title": "xFormers can't load its C++/CUDA extensions (built for another torch)",
@@ -374,9 +397,11 @@ BUILD = (
         "thread_fixes": [
             {"fix": "conda install -c conda-forge libstdcxx-ng fixed it", "url": "https://github.com/ztxz16/fastllm/issues/102"},
         ],
-        "sources": ["pytorch/pytorch#87279", "kvcache-ai/ktransformers#439", "llm-d/llm-d#445"],
+        "details": [r"\(required by (?P<required_by>/[^)\s]+)\)"],
+        "sources": ["pytorch/pytorch#87279", "pytorch/pytorch#115138", "kvcache-ai/ktransformers#439", "llm-d/llm-d#445"],
         "confirm_rules": ["GD207"],
-        "cannot_check": "gpudoctor does not read the version of the libstdc++ a process loads",
+        "detail_check": "symbol_version",
+        "cannot_check": "gpudoctor reads the symbol versions torch-linked extensions need (GD508), not those of other modules",
         "facts": ["env.LD_LIBRARY_PATH", "python.executable"],
     },
     {
@@ -390,8 +415,10 @@ BUILD = (
         "thread_fixes": [
             {"fix": "maintainer: PyTorch binaries do not support CentOS 6 (glibc 2.12); upgrade the OS (CentOS 7) or build from source", "url": "https://github.com/pytorch/pytorch/issues/14274"},
         ],
+        "details": [r"\(required by (?P<required_by>/[^)\s]+)\)"],
         "sources": ["vllm-project/vllm#6562"],
-        "cannot_check": "gpudoctor does not compare the glibc with the wheels' manylinux tags yet",
+        "detail_check": "symbol_version",
+        "cannot_check": "gpudoctor reads the symbol versions torch-linked extensions need (GD508), not those of other modules",
         "facts": ["host.os"],
     },
     {

@@ -61,7 +61,7 @@ def chosen(snapshot) -> List[str]:
     entries = [e for e in items if isinstance(e, dict) and isinstance(e.get("path"), str)] if isinstance(items, list) else []
 
     def broken(e: Dict[str, Any]) -> bool:
-        return bool(e.get("unresolved") or (e.get("symbols") or {}).get("missing_count"))
+        return bool(e.get("unresolved") or e.get("versions_missing") or (e.get("symbols") or {}).get("missing_count"))
 
     entries.sort(key=lambda e: (not broken(e), str(e["path"])))
     return [os.path.normpath(str(e["path"])) for e in entries]

@@ -21,7 +21,7 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from gpudoctor import bounded, runner
-from gpudoctor.probes import coldstart, dist_records, elf, fatbin, flash_attn, forks, gitfiles, kernel_scan, pyenv, scancache, sglang_kernels, torch_links, vllm_build, vllm_kernels
+from gpudoctor.probes import coldstart, dist_records, dynamic_loader, elf, fatbin, flash_attn, forks, gitfiles, kernel_scan, pyenv, scancache, sglang_kernels, torch_links, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
@@ -114,6 +114,7 @@ _pyenv = _load("gpudoctor_pyenv", {pyenv})
 _scancache = _load("gpudoctor_scancache", {scancache})
 _load("gpudoctor_dist_records", {dist_records})
 _kernel_scan = _load("gpudoctor_kernel_scan", {kernel_scan})
+_load("gpudoctor_dynamic_loader", {dynamic_loader})
 _load("gpudoctor_torch_links", {torch_links})
 _vk = {vllm_kernels}
 _extras = [_lazy("gpudoctor_flash_attn", {flash_attn}, {fa_gate}), _lazy("gpudoctor_vllm_build", {vllm_build}, {vb_gate}, (("gpudoctor_gitfiles", {gitfiles}),)),
@@ -135,13 +136,14 @@ def _source(module) -> str:
 
 
 def bootstrap(environ=None) -> str:
-    """The ``-c`` program: the stdlib probe modules (elf, fatbin, forks, coldstart, pyenv, scancache, dist_records, kernel_scan; flash_attn,
+    """The ``-c`` program: the stdlib probe modules (elf, fatbin, forks, coldstart, pyenv, scancache, dist_records, kernel_scan, dynamic_loader, torch_links; flash_attn,
     vllm_build with gitfiles, vllm_kernels and sglang_kernels when needed) as modules, then pyenv.main."""
     where = scancache.cache_dir(os.environ if environ is None else environ)
     code_dir = os.path.join(where, "probe-code") if where else ""
     return _BOOTSTRAP.format(code_dir=ascii(code_dir), elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)),
                              forks=ascii(_source(forks)), coldstart=ascii(_source(coldstart)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)), dist_records=ascii(_source(dist_records)),
                              kernel_scan=ascii(_source(kernel_scan)), torch_links=ascii(_source(torch_links)),
+                             dynamic_loader=ascii(_source(dynamic_loader)),
                              flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)), gitfiles=ascii(_source(gitfiles)),
                              vllm_kernels=ascii(_source(vllm_kernels)), sglang_kernels=ascii(_source(sglang_kernels)),
                              fa_gate=_gate(flash_attn), vb_gate=_gate(vllm_build), vk_gate=_gate(vllm_kernels),
@@ -152,7 +154,7 @@ def bootstrap(environ=None) -> str:
 _BOOTSTRAPPED = (("gpudoctor_elf", elf), ("gpudoctor_fatbin", fatbin), ("gpudoctor_forks", forks), ("gpudoctor_coldstart", coldstart),
                  ("gpudoctor_pyenv", pyenv), ("gpudoctor_scancache", scancache), ("gpudoctor_dist_records", dist_records),
                  ("gpudoctor_kernel_scan", kernel_scan),
-                 ("gpudoctor_torch_links", torch_links), ("gpudoctor_flash_attn", flash_attn), ("gpudoctor_vllm_build", vllm_build),
+                 ("gpudoctor_dynamic_loader", dynamic_loader), ("gpudoctor_torch_links", torch_links), ("gpudoctor_flash_attn", flash_attn), ("gpudoctor_vllm_build", vllm_build),
                  ("gpudoctor_gitfiles", gitfiles),
                  ("gpudoctor_vllm_kernels", vllm_kernels), ("gpudoctor_sglang_kernels", sglang_kernels))
 

@@ -43,10 +43,14 @@ if _pyenv is None:
 _scancache = sys.modules.get("gpudoctor_scancache")
 if _scancache is None:
     from gpudoctor.probes import scancache as _scancache
+_versions = sys.modules.get("gpudoctor_dynamic_loader")
+if _versions is None:
+    from gpudoctor.probes import dynamic_loader as _versions
+Loader = _versions.Loader
 
 BUSIEST = ("libtorch_cpu.so", "libc10.so", "libtorch_python.so", "libtorch_cuda.so", "libc10_cuda.so")
 LINKS_KIND = "links-1"
-SYMBOLS_KIND = "torch-symbols-1"
+SYMBOLS_KIND = "torch-symbols-2"  # 2: with the symbol versions it needs
 MAX_DYNAMIC = 1 << 20
 MAX_DYNSTR = 64 << 20
 MAX_EXTENSIONS = 400  # torch-linked shared objects checked (a big image has ~60)
@@ -56,9 +60,6 @@ TORCH_PREFIXES = ("libc10", "libtorch", "libshm", "libcaffe2")  # torch/lib's ow
 # c10::, at::, torch::, caffe2:: after _Z, an optional special-name prefix (vtable, typeinfo, …),
 # N (nested) and cv/ref qualifiers (Itanium C++ ABI, "Mangling").
 TORCH_SYMBOL = rb"^_Z(?:T[VIST]|Th|Tv)?N?[rVKRO]*(?:3c10|2at|5torch|6caffe2)[0-9_A-Za-z]"
-DEFAULT_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
-                "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
-LD_CACHE = "/etc/ld.so.cache"
 SYSTEM_DIRS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/local/lib/")
 DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 14, 15, 29
 STB_WEAK = 2
@@ -218,9 +219,10 @@ def _torch_symbol():
     return re.compile(TORCH_SYMBOL)  # re caches it; compiled only on a cold path
 
 
-def undefined_torch_symbols(path: str) -> List[Tuple[str, bool]]:
+def undefined_torch_symbols(path: str, sections: Optional[Dict[bytes, bytes]] = None) -> List[Tuple[str, bool]]:
     """(name, weak) of each undefined dynamic symbol in torch's namespaces. OSError / ElfError."""
-    sections = _pyenv.elf_module().sections(path, (b".dynsym", b".dynstr"), MAX_DYNSTR)
+    if sections is None:
+        sections = _pyenv.elf_module().sections(path, (b".dynsym", b".dynstr"), MAX_DYNSTR)
     dynsym, dynstr = sections.get(b".dynsym", b""), sections.get(b".dynstr", b"")
     out: List[Tuple[str, bool]] = []
     for st_name, info, _other, shndx, _value, _size in struct.iter_unpack("<IBBHQQ", dynsym[:len(dynsym) // 24 * 24]):
@@ -323,73 +325,6 @@ class Exports:
         return False
 
 
-class Loader:
-    """Where the dynamic loader finds a library (ld.so(8)); each (directory, name) looked up once.
-
-    One stat per question, not a listing of the directory: /usr/lib/x86_64-linux-gnu holds
-    thousands of entries and is asked about a few names."""
-
-    def __init__(self, environ: Dict[str, str]) -> None:
-        self.ld_library_path = [d for d in (environ.get("LD_LIBRARY_PATH") or "").split(":") if d]
-        self.present: Dict[Tuple[str, str], bool] = {}
-        self._cache: Optional[Dict[str, str]] = None
-
-    def has(self, directory: str, name: str) -> bool:
-        found = self.present.get((directory, name))
-        if found is None:
-            found = self.present[(directory, name)] = os.path.exists(os.path.join(directory, name))
-        return found
-
-    def ld_cache(self) -> Dict[str, str]:
-        """soname -> path of /etc/ld.so.cache: its strings are the paths it maps (glibc's format,
-        old and new, keeps them NUL-terminated in one table)."""
-        if self._cache is None:
-            self._cache = {}
-            try:
-                with open(LD_CACHE, "rb") as handle:
-                    data = handle.read(16 << 20)
-            except OSError:
-                data = b""
-            for raw in data.split(b"\0"):  # NUL-terminated strings: the paths are those that start with /
-                if raw[:1] == b"/" and b".so" in raw:
-                    text = raw.decode("utf-8", "replace")
-                    self._cache.setdefault(text.rsplit("/", 1)[-1], text)
-        return self._cache
-
-    @staticmethod
-    def expand(paths: str, origin: str) -> List[str]:
-        out = []
-        for item in paths.split(":"):
-            if not item:
-                continue
-            item = item.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
-            out.append(os.path.normpath(item))
-        return out
-
-    def find(self, name: str, path: str, info: Dict[str, Any]) -> Optional[str]:
-        """The file the loader opens for DT_NEEDED ``name`` of ``path`` (None: not found)."""
-        if "/" in name:
-            return name if os.path.exists(name) else None
-        origin = os.path.dirname(os.path.abspath(path))  # the path it is loaded by (pip writes no links)
-        dirs: List[str] = []
-        if not info.get("runpath"):
-            dirs += self.expand(info.get("rpath") or "", origin)
-        dirs += self.ld_library_path
-        dirs += self.expand(info.get("runpath") or "", origin)
-        for directory in dirs:
-            if "$" in directory:
-                continue  # $LIB / $PLATFORM: not expanded here
-            if self.has(directory, name):
-                return os.path.join(directory, name)
-        cached = self.ld_cache().get(name)
-        if cached:
-            return cached
-        for directory in DEFAULT_DIRS:
-            if self.has(directory, name):
-                return os.path.join(directory, name)
-        return None
-
-
 class _Files:
     """dynamic_info of files, through the scan cache."""
 
@@ -453,9 +388,11 @@ def torch_digest(libraries: Iterable[str]) -> int:
 
 
 def check_symbols(path: str, exports: List[Exports]) -> Dict[str, Any]:
-    """The undefined torch symbols of ``path`` that no torch library defines."""
+    """The undefined torch symbols of ``path`` that no torch library defines, and the symbol versions
+    it needs of each library (checked against the libraries on every run: they are not torch's)."""
     try:
-        undefined = undefined_torch_symbols(path)
+        sections = _pyenv.elf_module().sections(path, (b".dynsym", b".dynstr", b".gnu.version_r"), MAX_DYNSTR)
+        undefined = undefined_torch_symbols(path, sections)
     except OSError as exc:
         return {"status": _pyenv.os_error_status(exc), "detail": _pyenv.describe_os_error(exc)}
     except ValueError as exc:  # ElfError
@@ -469,6 +406,9 @@ def check_symbols(path: str, exports: List[Exports]) -> Dict[str, Any]:
         if not any(e.defines(raw, h) for e in exports):
             missing.append(name)
     out: Dict[str, Any] = {"status": "ok", "checked": len(undefined), "missing_count": len(missing), "missing": missing[:MAX_SHOWN]}
+    versions = _versions.needed_from_sections(sections)
+    if versions:
+        out["versions_needed"] = versions
     if any("__cxx11" in name for name, _ in undefined):
         out["cxx11_abi"] = True
     elif any(re.search(r"Ss|NSs|Sb", name) for name, _ in undefined):
@@ -508,6 +448,8 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
     digest = torch_digest(own)
     families = {stem(name) for name in loaded}
     requirements: Dict[str, Optional[List[str]]] = {}
+    definitions = _versions.Definitions(cache, _scancache.file_key)
+    interpreter: Optional[List[str]] = None
     exports: Optional[List[Exports]] = None
     unreadable: List[str] = []
     found: List[Dict[str, Any]] = []
@@ -560,8 +502,16 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
                     symbols_read += 1
                     if symbols.get("status") != "no_permission":
                         cache.put(SYMBOLS_KIND, path, key, symbols)
-            entry["symbols"] = {k: v for k, v in symbols.items() if k != "torch"}
-            if unresolved or symbols.get("missing_count"):
+            entry["symbols"] = {k: v for k, v in symbols.items() if k not in ("torch", "versions_needed")}
+            needs = symbols.get("versions_needed")
+            if isinstance(needs, dict) and needs:
+                if interpreter is None:
+                    interpreter = _versions.interpreter_dirs(sys.executable, files.info)
+                where = _versions.candidates(needs, loaded, lambda n: loader.find(n, path, info), interpreter, loader.has)
+                lacking = _versions.missing_versions(needs, where, definitions)
+                if lacking:
+                    entry["versions_missing"] = lacking
+            if unresolved or symbols.get("missing_count") or entry.get("versions_missing"):
                 dist = dists.get(str(item.get("dist"))) if item.get("dist") else None
                 if isinstance(dist, dict):
                     entry["version"] = dist.get("version")
@@ -575,8 +525,8 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
             table.close()
     stats = {"files_read": files.read, "files_cached": files.cached, "symbol_checks_read": symbols_read,
              "torch_libraries": [os.path.basename(p) for p in own], "elapsed_s": round(time.perf_counter() - started, 4)}
-    broken = sum(1 for e in found if e.get("unresolved") or (e.get("symbols") or {}).get("missing_count"))
-    detail = f"{len(found)} torch-linked shared objects, {broken} with unresolved libraries or symbols"
+    broken = sum(1 for e in found if e.get("unresolved") or e.get("versions_missing") or (e.get("symbols") or {}).get("missing_count"))
+    detail = f"{len(found)} torch-linked shared objects, {broken} with unresolved libraries, symbols or symbol versions"
     return {"torch.extensions": _pyenv.fact({"extensions": found, "stats": stats, "torch_loads": sorted(loaded)[:300]},
                                      source="ELF (.dynamic, .dynsym, .gnu.hash)", detail="; ".join([detail] + notes))}
 

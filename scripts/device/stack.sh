@@ -10,7 +10,12 @@
 #  4. SGLang 0.5.23's layout (sparse wheels of sglang and sglang-kernel, flash-attn-4, in .whl/sgl/)
 #     in a venv: `check --python` on this cc 9.0 GPU (0 errors: sgl_kernel's loader picks sm90/), and
 #     `preflight` of an `sglang serve` with a mistyped flag (blocked, "did you mean").
-# Writes $OUT/stack/: one file per step and summary.txt. < 4 min.
+#  5. real extensions built for another torch (.whl/ext/, made by scripts/device/ext_kit.py: torchaudio
+#     2.10.0 for torch 2.10, sglang-kernel 0.4.10's sm90 common_ops for torch 2.14.1), each in a venv over
+#     the machine's torch (--system-site-packages): every torch-linked .so loaded after import torch (the
+#     truth), `check --python --select GD508` without and with --deep, explain on the loader's words
+#     (issue 26's table, CUDA rows).
+# Writes $OUT/stack/: one file per step and summary.txt. < 5 min.
 set -u
 export LC_ALL=C.UTF-8 NO_COLOR=1 PYTHONUNBUFFERED=1
 dir="$OUT/stack"; mkdir -p "$dir"
@@ -88,6 +93,34 @@ if ls "$R"/.whl/sgl/*.whl >/dev/null 2>&1; then
   gd preflight --python "$work/sgl/bin/python" -- "$work/sgl/bin/sglang" serve --model-path Qwen/Qwen3-8B --tp 1 --mem-fracton-static 0.8 \
     > "$dir/preflight-sgl.txt" 2>&1; log "preflight sglang serve --mem-fracton-static: exit $? $(grep -m1 -i 'did you mean' "$dir/preflight-sgl.txt" | cut -c1-200)"
 fi
+
+# --- 5. real extensions built for another torch, each in its own venv over the machine's torch -------
+for whl in "$R"/.whl/ext/*.whl; do
+  [ -f "$whl" ] || continue
+  name=$(basename "$whl" | cut -d- -f1); v="$work/ext-$name"
+  "$py" -m venv --system-site-packages --without-pip "$v" && "$py" -m pip --python "$v/bin/python" install -q --no-index --no-deps "$whl" \
+    > "$dir/install-ext-$name.txt" 2>&1
+  "$v/bin/python" - "$name" > "$dir/load-ext-$name.json" 2>&1 <<'PY'
+import ctypes, json, os, sys, sysconfig
+import torch
+site = sysconfig.get_paths()["purelib"]
+top = {"torchaudio": "torchaudio", "sglang_kernel": "sgl_kernel"}.get(sys.argv[1], sys.argv[1])
+out = {"torch": torch.__version__}
+for d, _, names in os.walk(os.path.join(site, top)):
+    for n in sorted(names):
+        if n.endswith(".so"):
+            try:
+                ctypes.CDLL(os.path.join(d, n), mode=2); out[n] = "ok"
+            except OSError as e:
+                out[n] = str(e)
+print(json.dumps(out))
+PY
+  log "ext $name over torch: $(tail -1 "$dir/load-ext-$name.json" | cut -c1-300)"
+  gd check --python "$v/bin/python" --select GD508 --format json > "$dir/check-ext-$name.json" 2> "$dir/check-ext-$name.err"; log "check --python --select GD508 ($name): exit $?"
+  gd check --python "$v/bin/python" --select GD508 --deep --timeout 60 --format json > "$dir/check-ext-$name-deep.json" 2>&1; log "... --deep: exit $?"
+  err=$("$v/bin/python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(next((v for k,v in d.items() if k!="torch" and v!="ok"), ""))' "$dir/load-ext-$name.json" 2>/dev/null)
+  [ -n "$err" ] && { gd explain --python "$v/bin/python" "$err" > "$dir/explain-ext-$name.txt" 2>&1; log "explain ($name): exit $? $(grep -m1 -iE 'confirmed|not confirmed|could not' "$dir/explain-ext-$name.txt" | cut -c1-200)"; }
+done
 
 # --- 2. torchvision built for another torch (last: it changes the machine's stack) ------------------
 if ls "$R"/.whl/tv/*.whl >/dev/null 2>&1; then
