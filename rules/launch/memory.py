@@ -456,7 +456,7 @@ def sglang_mem_fraction_static_out_of_range(snap):
       weights and KV cache memory pool)")
     """
     if snap.value("launch.kind") != "sglang-serve":
-        return NotApplicable("not an SGLang server command")
+        return _applies(snap) or NotApplicable("not an SGLang server command")
     memory = snap.value("launch.sglang_memory")
     if not isinstance(memory, dict):
         return Unknown(f"the command's --mem-fraction-static was not read ({snap.get('launch.sglang_memory').describe()})")
