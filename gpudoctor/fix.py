@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from gpudoctor.actions import Action, RemoveFile, StackAction, StopProcess
-from gpudoctor.probes.processes import ancestors, pid_namespace_problem, read_stat, read_uids, shm_kind, shm_users
+from gpudoctor.probes.processes import ancestors, pid_namespace_problem, read_stat, read_uids, shm_creator, shm_kind, shm_users
 
 DONE = "done"  # acted, and the result is confirmed
 ALREADY = "already"  # nothing left to do (process gone, file removed)
@@ -132,6 +132,9 @@ class Machine:
             return Verdict(REFUSED, "its name is not one gpudoctor removes")
         if info.st_uid != self.euid:
             return Verdict(REFUSED, f"owned by {self.user(info.st_uid)} (uid {info.st_uid}), not by you ({self.user(self.euid)})")
+        creator = shm_creator(os.path.basename(path))
+        if creator is not None and read_stat(self.proc, creator) is not None:
+            return Verdict(REFUSED, f"PID {creator}, whose segment it is by its name, is running")
         namespace = pid_namespace_problem(self.proc)
         if namespace:  # only the host sees every process that could map it
             return Verdict(REFUSED, f"{namespace}; remove it from the host: rm {path}")

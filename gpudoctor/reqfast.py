@@ -90,15 +90,64 @@ def _specs_hold(specs: str, version: Tuple[int, ...], post: int = -1) -> Optiona
     return True
 
 
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+_TOKENS = re.compile(r"(\(|\)|\band\b|\bor\b)")
+
+
 def _marker_holds(marker: str, env: Mapping[str, str]) -> Optional[bool]:
-    """``A and B or C and D …`` of simple comparisons (``and`` binds tighter, as in PEP 508); None
-    for anything else (parentheses, ``in`` …) or where one comparison decides nothing."""
-    if "(" in marker or ")" in marker:
+    """``A and B or C and D …`` of simple comparisons, with parentheses (``and`` binds tighter, as
+    in PEP 508; SGLang 0.5.23 writes ``sys_platform == "linux" and (platform_machine == "aarch64"
+    or …)``); None for anything else (``in`` …) or where the comparisons that count decide nothing.
+    Quoted values are set aside first, so a parenthesis or a word inside one is never a token."""
+    values: list = []
+
+    def keep(match):
+        values.append(match.group(0))
+        return f"\x00{len(values) - 1}\x00"
+
+    hidden = _QUOTED.sub(keep, marker)
+    if '"' in hidden or "'" in hidden:
         return None
-    answers = [_all_hold(part, env) for part in re.split(r"\bor\b", marker)]
+    tokens = [t.strip() for t in _TOKENS.split(hidden) if t.strip()]
+    tokens = [re.sub(r"\x00(\d+)\x00", lambda m: values[int(m.group(1))], t) for t in tokens]
+    result, end = _disjunction(tokens, 0, env)
+    return result if end == len(tokens) else None
+
+
+def _disjunction(tokens: list, at: int, env: Mapping[str, str]) -> Tuple[Optional[bool], int]:
+    answers = []
+    while True:
+        answer, at = _conjunction(tokens, at, env)
+        answers.append(answer)
+        if at < len(tokens) and tokens[at] == "or":
+            at += 1
+            continue
+        break
     if True in answers:
-        return True  # what the others would say cannot change it (an invalid marker: GD503 skips it too)
-    return None if None in answers else False
+        return True, at  # what the others would say cannot change it (an invalid marker: GD503 skips it too)
+    return (None if None in answers else False), at
+
+
+def _conjunction(tokens: list, at: int, env: Mapping[str, str]) -> Tuple[Optional[bool], int]:
+    answers = []
+    while True:
+        if at < len(tokens) and tokens[at] == "(":
+            answer, at = _disjunction(tokens, at + 1, env)
+            if at >= len(tokens) or tokens[at] != ")":
+                return None, len(tokens) + 1  # unbalanced: packaging decides
+            at += 1
+        elif at < len(tokens) and tokens[at] not in ("and", "or", ")"):
+            answer, at = _all_hold(tokens[at], env), at + 1
+        else:
+            return None, len(tokens) + 1
+        answers.append(answer)
+        if at < len(tokens) and tokens[at] == "and":
+            at += 1
+            continue
+        break
+    if False in answers:
+        return False, at
+    return (None if None in answers else True), at
 
 
 def _all_hold(conjunction: str, env: Mapping[str, str]) -> Optional[bool]:
@@ -127,6 +176,29 @@ def _all_hold(conjunction: str, env: Mapping[str, str]) -> Optional[bool]:
     return result
 
 
+_PRE_INSTALLED = re.compile(rf"^({_RELEASE})(a|b|rc)(\d+)$")
+_PRE_SPEC = re.compile(rf"^>=\s*({_RELEASE})(?:(a|b|rc)(\d+))?$")
+_PHASE = {"a": 0, "b": 1, "rc": 2}
+
+
+def _prerelease_holds(specs: str, version: str) -> Optional[bool]:
+    """An installed pre-release (flash-attn-4 4.0.0b36, which SGLang 0.5.23 requires as
+    ``>=4.0.0b18``) against ``>=`` specifiers alone: PEP 440 orders 4.0.0b18 < 4.0.0b36 < 4.0.0rc1 <
+    4.0.0, and GD503 asks packaging with prereleases allowed. True or None (packaging decides)."""
+    found = _PRE_INSTALLED.match(version)
+    if found is None:
+        return None
+    mine = (_strip(_release(found.group(1))), _PHASE[found.group(2)], int(found.group(3)))
+    for part in specs.split(","):
+        spec = _PRE_SPEC.match(part.strip())
+        if spec is None:
+            return None
+        theirs = (_strip(_release(spec.group(1))), _PHASE[spec.group(2)] if spec.group(2) else 3, int(spec.group(3) or 0))
+        if not mine >= theirs:
+            return None
+    return True
+
+
 def satisfied(text: str, installed: Mapping[str, Dict], marker_env: Mapping[str, str]) -> Optional[bool]:
     """True when ``text`` certainly does not apply or is certainly met by ``installed``
     ({normalized name: {"version": …}}) under ``marker_env``; None when packaging must decide."""
@@ -148,6 +220,6 @@ def satisfied(text: str, installed: Mapping[str, Dict], marker_env: Mapping[str,
         return True
     found = _INSTALLED.match(version)
     if found is None:
-        return None
+        return _prerelease_holds(specs, version)
     post = int(found.group(2)) if found.group(2) else -1
     return True if _specs_hold(specs, _release(found.group(1)), post) is True else None

@@ -40,6 +40,21 @@ class SGLang:
         optional = snap.value("sglang.optional_imports")
         alone = [e["dist"] for e in engines.installed(snap)] == ["sglang"]
         self.optional = {str(k): v for k, v in optional.items() if isinstance(v, list)} if isinstance(optional, dict) and alone else {}
+        gates = snap.value("sglang.capability_gates")
+        self.gates = {str(k): v for k, v in gates.items() if isinstance(v, dict) and isinstance(v.get("min_sm"), int)} if isinstance(gates, dict) else {}
+
+
+def _capability_gate(binary: Dict[str, Any], cc: str, sglang: "SGLang") -> Verdict:
+    """An extension its own package uses only from a compute capability on (probes/sglang_kernels.py
+    capability_gates: torchao's _C_mxfp8 behind is_sm_at_least_100())."""
+    gate = sglang.gates.get(str(binary.get("path")))
+    number = _cc_number(cc)
+    if gate is None or number is None:
+        return None, None
+    if number >= gate["min_sm"]:
+        return "needed", None
+    return "skip", (f"{os.path.basename(str(binary.get('path')))} ({binary.get('dist') or '?'}): its package uses it only from "
+                    f"cc {gate['min_sm'] // 10}.{gate['min_sm'] % 10} on ({gate.get('site')}: {gate.get('name')} = … {gate.get('gate')} …)")
 
 
 def _optional_package(binary: Dict[str, Any], sglang: "SGLang") -> Verdict:
@@ -97,7 +112,8 @@ def sglang_scope(binary: Dict[str, Any], cc: str, sglang: SGLang, binaries: List
     exts, loader = sglang.exts, sglang.loader
     ext = exts.get(str(binary.get("path")))
     if ext is None:
-        return _optional_package(binary, sglang)
+        gated = _capability_gate(binary, cc, sglang)
+        return gated if gated[0] else _optional_package(binary, sglang)
     module = ext.get("module")
     branch = loaded_branch(loader, cc)
     if ext.get("role") == "loader":

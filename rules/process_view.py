@@ -8,6 +8,7 @@ A helper module: it registers no rule.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -41,6 +42,23 @@ def size_text(nbytes: Any) -> str:
 
 def _is_subreaper(comm: str) -> bool:
     return comm in SUBREAPERS or comm.startswith("containerd-shim") or comm.startswith("systemd")
+
+
+# PID 1 as a Python program: a container whose entrypoint is the user's own script. PyTorch names
+# the main thread of a process that imported it "pt_main_thread", which is what comm then shows.
+PYTHON_INIT = re.compile(r"^(?:python[\d.]*|pytest|pt_main_thread)$")
+
+
+def _may_be_init_child(init: Proc, top: Proc) -> bool:
+    """An engine that PID 1 started itself: the user's script is the container's PID 1 and runs
+    an offline engine (vLLM's ``LLM()``, SGLang's ``sgl.Engine``). Its children are in PID 1's
+    process group (0 when that group's leader is outside this PID namespace); an orphan of a
+    launcher started from a shell is in that launcher's group. Telling them apart is not
+    possible from here, so such a process is never called stale."""
+    if _is_subreaper(init.comm) or not PYTHON_INIT.match(init.comm):
+        return False
+    pgid = (top.record or {}).get("pgid")
+    return pgid in (0, 1)
 
 
 def age_text(seconds: Optional[float]) -> str:
@@ -167,6 +185,8 @@ def _orphan_reason(v: View, top: Proc) -> str:
     parent = v.procs.get(top.ppid)
     if parent is None:
         reason = f"its parent PID {top.ppid} no longer exists"
+    elif top.ppid == 1 and _may_be_init_child(parent, top):
+        return ""
     elif top.ppid == 1:
         reason = f"its parent is gone and PID 1 ({parent.comm}) adopted it"
     elif _is_subreaper(parent.comm):

@@ -46,7 +46,14 @@ def stale_serving_process(snap):
     utilization" with no hint that an orphan holds the memory. gpudoctor calls a serving
     child stale when the topmost serving process above it is itself a child (not a
     launcher) whose parent is PID 1, a subreaper or gone. A launcher under init (systemd,
-    a container entrypoint) and an engine under a live script (offline `LLM()`) are fine.
+    a container entrypoint) and an engine under a live script (offline `LLM()`) are fine; so
+    is one whose parent is a Python PID 1 (the user's script as a container's entrypoint
+    running `sgl.Engine` or `LLM()`) while it stays in PID 1's process group, which an
+    adopted orphan of a launcher started from a shell does not. SGLang's children are
+    `sglang::scheduler[_DP<n>…_TP<n>_EP<n>]`, `sglang::detokenizer`,
+    `sglang::data_parallel_controller` (the schedulers' parent under plain DP),
+    `sglang::detokenizer_router` and `sglang::tokenizer_worker:<pid>`; they ask for SIGKILL
+    when their parent dies, and those that outlive it anyway are reported the same way.
     Error when the stack holds GPU memory, warning otherwise.
 
     ## Fix
@@ -60,6 +67,8 @@ def stale_serving_process(snap):
       https://github.com/vllm-project/vllm/issues/42017,
       https://github.com/vllm-project/vllm/issues/20305;
       https://github.com/ai-dynamo/dynamo/issues/2894.
+    - https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/managers/scheduler.py
+      (`setproctitle(f"sglang::scheduler{prefix}")`, `kill_itself_when_parent_died()`).
     - tests/fixtures/ground_truth/h200x2/capture2.log (a real orphan `VLLM::EngineCor`, ppid
       1).
     """
@@ -182,7 +191,10 @@ def leftover_shared_memory(snap):
     ## Why
     vLLM's worker broadcast ring buffer and object storage are CPython
     `SharedMemory` segments (`/dev/shm/psm_<8 hex>`), NCCL's shared-memory transport uses
-    `/dev/shm/nccl-*`. Their creator removes them when it exits cleanly; a killed process
+    `/dev/shm/nccl-*`. SGLang names its own: `sgl_shm_<kind>_<pid>_<hex>` (multimodal
+    inputs, the node check), `multi_tokenizer_args_<pid>`, `sglang_loads_*.shm` (load
+    snapshots), `sglang_host_pool_*.mmap` (the host KV pool); one stamped with a PID is
+    kept while that process runs, as SGLang's own sweep does. Their creator removes them when it exits cleanly; a killed process
     leaves them behind. /dev/shm is RAM (tmpfs): leftovers take memory and, in containers
     with a small /dev/shm, make the next run fail with NCCL "Error while creating shared
     memory segment" / "No space left on device". gpudoctor reports a file when no running
@@ -196,6 +208,8 @@ def leftover_shared_memory(snap):
 
     ## References
     - https://man7.org/linux/man-pages/man5/proc.5.html
+    - https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/utils/stale_shm_cleanup.py
+      (SGLang's names, and why its segments leak: SIGKILL skips every unlink)
     """
     data = snap.value("processes.shm") or {}
     files = [f for f in data.get("files") or [] if isinstance(f, dict)]
@@ -205,9 +219,12 @@ def leftover_shared_memory(snap):
     unverifiable = set(data.get("maps_unreadable_uids") or [])
     v = view(snap)
     leftovers, undecided = [], []
+    index = snap.value("processes.index") or {}
     for item in files:
         if item.get("in_use_by"):
             continue
+        if isinstance(item.get("creator_pid"), int) and (str(item["creator_pid"]) in index or not isinstance(index, dict) or not index):
+            continue  # SGLang's PID-stamped segment whose creator still runs (or no table to tell)
         if isinstance(now, (int, float)) and isinstance(item.get("mtime"), (int, float)) and now - item["mtime"] < SHM_MIN_AGE:
             continue
         (undecided if item.get("uid") in unverifiable else leftovers).append(item)

@@ -81,7 +81,10 @@ def spec_decode_not_accepted(snap):
     the speculative-decoding counters (vLLM `vllm:spec_decode_num_drafts_total`,
     `…_num_draft_tokens_total`, `…_num_accepted_tokens_total`,
     `…_num_accepted_tokens_per_pos_total{position}`; llama.cpp the same names under
-    `llamacpp:`), as `vllm bench serve` does. Acceptance rate = accepted / draft tokens,
+    `llamacpp:`), as `vllm bench serve` does. SGLang counts verify passes
+    (`sglang:spec_verify_calls_total`, with `--enable-metrics`) and, asked with
+    `return_spec_tokens_details`, each request's proposed and correct drafts
+    (`sglext.spec_tokens_details`), which the smoke check sums. Acceptance rate = accepted / draft tokens,
     mean acceptance length = 1 + accepted / drafts. Drafts with near-zero acceptance (below
     5 % of at least 16 draft tokens; working drafters accept tens of percent) mean
     the drafter is loaded but useless: a DFlash/EAGLE drafter whose `target_layer_ids` do
@@ -98,6 +101,8 @@ def spec_decode_not_accepted(snap):
 
     ## References
     - https://github.com/vllm-project/vllm/blob/main/docs/features/speculative_decoding/README.md
+    - https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/observability/metrics_collector.py
+      and python/sglang/srt/entrypoints/openai/protocol.py (`SpecTokensDetails`)
     """
     fact, skip = _step(snap, "server.spec_decode")
     if skip:
@@ -108,16 +113,25 @@ def spec_decode_not_accepted(snap):
         if expected:
             return Unknown(f"cannot tell whether drafts are accepted: {fact.detail}")
         return NotApplicable(fact.detail)
-    drafted = value.get("draft_tokens") or 0
+    drafted = value.get("draft_tokens")
+    if drafted is None:  # SGLang's counters without its spec_num_draft_tokens gauge: verify passes only
+        drafted = value.get("drafts") or 0
+    sglang = (snap.value("server.models") or {}).get("engine") == "sglang" or value.get("scheme") == "sglang"
     evidence = [("server.spec_decode.drafts", value.get("drafts")), ("server.spec_decode.draft_tokens", drafted),
                 ("server.spec_decode.accepted_tokens", value.get("accepted_tokens")),
                 ("server.spec_decode.source", value.get("source"))]
     config_fix = Fix("Pass a speculative config and check the server log for it being applied.",
                      ["vllm serve MODEL --speculative-config '{\"method\": \"…\", \"model\": \"DRAFTER\", \"num_speculative_tokens\": 4}'"])
+    if sglang:
+        config_fix = Fix("Pass SGLang's speculative flags (and --enable-metrics for its counters) and check the server log.",
+                         ["sglang serve --model-path MODEL --speculative-algorithm EAGLE --speculative-draft-model-path DRAFTER "
+                          "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --enable-metrics"])
     if not value.get("counters") and not value.get("per_response"):
         if expected:
             return Fail("speculative decoding was expected but the server has no spec_decode counters at all "
-                        "(vLLM registers them only when a speculative config is set)", evidence, config_fix)
+                        + ("(SGLang counts verify passes, sglang:spec_verify_calls_total, only for speculative requests, and "
+                           "reports them per request in sglext.spec_tokens_details)" if sglang
+                           else "(vLLM registers them only when a speculative config is set)"), evidence, config_fix)
         return NotApplicable("speculative decoding is not configured (no spec_decode counters on /metrics)")
     if not drafted:
         if expected:

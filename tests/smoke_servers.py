@@ -254,6 +254,18 @@ class WireServer:
             self.counters["accepted"] += accepted
         return {"num_draft_tokens": rounds * k, "num_accepted_draft_tokens": accepted}
 
+    # what an engine adds (tests/sglang_wire.py overrides these)
+    def models_payload(self) -> Dict[str, Any]:
+        return {"object": "list", "data": [{"id": self.model, "object": "model", "max_model_len": 4096}]}
+
+    def native_get(self, path: str) -> Optional[Dict[str, Any]]:
+        """The JSON answer of an engine's own GET route, or None (404)."""
+        return None
+
+    def per_request(self, body: Dict[str, Any], spec: Dict[str, int]) -> Dict[str, Any]:
+        """What a completion carries about its speculative decoding (vLLM: metrics.speculative_decoding)."""
+        return {"metrics": {"speculative_decoding": spec}} if spec else {}
+
     def metrics_text(self) -> str:
         lines = [
             "# HELP vllm:num_requests_running Number of requests in model execution batches.",
@@ -356,9 +368,11 @@ def _handler(server: WireServer):
             elif self.path == "/v1/models":
                 if not self._authorized() or self._faulty("models"):
                     return
-                self._json(200, {"object": "list", "data": [{"id": server.model, "object": "model", "max_model_len": 4096}]})
+                self._json(200, server.models_payload())
             elif self.path == "/metrics" and server.metrics_enabled:
                 self._send(200, server.metrics_text().encode(), "text/plain; version=0.0.4")
+            elif server.native_get(self.path) is not None:
+                self._json(200, server.native_get(self.path))
             else:
                 self._json(404, {"detail": "Not Found"})
 
@@ -366,6 +380,8 @@ def _handler(server: WireServer):
             self._record()
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
+            with server.lock:
+                server.requests[-1]["body"] = body
             if self.path != "/v1/chat/completions":
                 self._json(404, {"detail": "Not Found"})
                 return
@@ -409,9 +425,7 @@ def _handler(server: WireServer):
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": {"prompt_tokens": 20, "completion_tokens": len(pieces), "total_tokens": 20 + len(pieces)},
             }
-            spec = server.bump_spec(len(pieces))
-            if spec:
-                data["metrics"] = {"speculative_decoding": spec}
+            data.update(server.per_request(body, server.bump_spec(len(pieces))))
             self._json(200, data)
 
         def _tools(self, body: Dict[str, Any]) -> None:
@@ -502,7 +516,9 @@ def _handler(server: WireServer):
                 time.sleep(server.token_delay)
                 emit(json.dumps({**head, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}))
             emit(json.dumps({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}))
-            server.bump_spec(len(pieces))
+            extra = server.per_request(body, server.bump_spec(len(pieces)))
+            if extra.get("sglext"):  # SGLang: a chunk with no choices, before the usage chunk
+                emit(json.dumps({**head, "choices": [], **extra}))
             if (body.get("stream_options") or {}).get("include_usage"):
                 emit(json.dumps({**head, "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": len(pieces), "total_tokens": 20 + len(pieces)}}))
             if fault != "no_done":

@@ -162,3 +162,110 @@ def test_without_sglang_installed_it_says_so_visibly(tmp_path):
     [note] = preflight_notes(snap)
     assert note.startswith("SGLang server command: its flags were NOT checked: SGLang is not installed where the command runs")
     assert headline(snap).endswith("SGLang not found")
+
+
+# sglang 0.5.23's own lines: fields/parallel.py (nnodes, tp_size, pp_size, dp_size, attn_dp_size),
+# fields/device.py (base_gpu_id, gpu_id_step) and server_args.py's deprecated --enable-dp-attention.
+LAYOUT = '''class Parallel(msgspec.Struct):
+    _NS_PATH = "parallel"
+    nnodes: A[int, "The number of nodes."] = 1
+    node_rank: A[int, "The node rank."] = 0
+    tp_size: A[
+        int,
+        Arg(
+            help="The tensor parallelism size.",
+            aliases=["--tensor-parallel-size"],
+        ),
+    ] = 1
+    pp_size: A[
+        int,
+        Arg(
+            help="The pipeline parallelism size.",
+            aliases=["--pipeline-parallel-size"],
+        ),
+    ] = 1
+    dp_size: A[
+        int,
+        Arg(
+            help="The number of data-parallel replicas of the model.",
+            aliases=["--data-parallel-size"],
+            resolvable=True,
+        ),
+    ] = 1
+    attn_dp_size: A[
+        int,
+        Arg(
+            help="The attention data parallelism size: the number of "
+            "data-parallel attention groups inside the TP group, one scheduler "
+            "each, while the FFN stays tensor parallel.",
+            aliases=["--attention-data-parallel-size"],
+            resolvable=True,
+        ),
+    ] = 1
+'''
+DEVICE = '''class Device(msgspec.Struct):
+    _NS_PATH = "device"
+    base_gpu_id: A[
+        int,
+        "The base GPU ID to start allocating GPUs from. Useful when running multiple instances on the same machine.",
+    ] = 0
+    gpu_id_step: A[
+        int,
+        "The delta between consecutive GPU IDs that are used. For example, setting it to 2 will use GPU 0,2,4,...",
+    ] = 1
+'''
+DP_ATTENTION = '''
+        parser.add_argument(
+            "--enable-dp-attention",
+            action=DeprecatedStoreTrueAction,
+            new_flag="--attn-dp-size <dp-size>",
+            help="Deprecated. Use --attn-dp-size <dp-size> instead of "
+            "--dp-size <dp-size> --enable-dp-attention.",
+        )
+'''
+
+
+def gd705(tmp_path, gpus, *flags, env=None):
+    from gpudoctor.snapshot import ok
+
+    site = SitePackages(tmp_path / "site")
+    site.dist("sglang", "0.5.23", files={
+        "sglang/__init__.py": "", "sglang/version.py": '__version__ = "0.5.23"\n',
+        "sglang/srt/server_args.py": SERVER_ARGS + DP_ATTENTION,
+        "sglang/srt/arg_groups/fields/serving.py": SERVING, "sglang/srt/arg_groups/fields/model.py": MODEL,
+        "sglang/srt/arg_groups/fields/parallel.py": LAYOUT, "sglang/srt/arg_groups/fields/device.py": DEVICE})
+    facts = facts_for(site, "sglang", "serve", "Qwen/Qwen3-8B", *flags)
+    assert facts["launch.unknown_flags"].value == [], facts["launch.unknown_flags"].value
+    snap = snap_of(facts)
+    snap.facts["gpu.count"] = ok(gpus, "test")
+    for index in range(gpus):
+        snap.facts[f"gpu.{index}.name"] = ok("NVIDIA H200", "test")
+    if env is not None:
+        snap.facts["env"] = ok(env, "test")
+    return snap.value("launch.sglang_parallel"), run_rules(snap, [registry.find("GD705")]).outcomes[0]
+
+
+def test_the_gpus_an_sglang_command_takes_fit_the_visible_ones(tmp_path):
+    for gpus, flags in ((1, ()), (2, ("--tp", "2")), (8, ("--tp-size", "8", "--dp", "8", "--enable-dp-attention")),
+                        (8, ("--tp", "4", "--attn-dp-size", "4", "--pp-size", "2")), (4, ("--tp", "2", "--data-parallel-size", "2")),
+                        (4, ("--tp", "2", "--base-gpu-id", "2")), (2, ("--tp", "4", "--nnodes", "2", "--node-rank", "1"))):
+        layout, outcome = gd705(tmp_path / f"ok{len(flags)}{gpus}", gpus, *flags)
+        assert outcome.status == "pass", (flags, layout, [f.message for f in outcome.findings])
+
+
+def test_more_gpus_than_visible_is_an_error(tmp_path):
+    layout, outcome = gd705(tmp_path / "a", 1, "--tp", "2")
+    [finding] = outcome.findings
+    assert finding.message == "TP 2 × PP 1 = 2 GPUs: SGLang's schedulers would use GPU index 1, and 1 are visible"
+    assert finding.fix.commands[-1].endswith("--tp 2 --tp-size 1") or "--tp-size 1" in finding.fix.commands[-1]
+    # DP replicas each take TP × PP GPUs (data_parallel_controller.py), unlike attention DP.
+    layout, outcome = gd705(tmp_path / "b", 4, "--tp", "2", "--dp-size", "4")
+    assert layout["gpus"] == 8 and outcome.findings[0].message.startswith("TP 2 × PP 1 × DP 4 = 8 GPUs")
+    # --base-gpu-id and --gpu-id-step move the GPUs it takes.
+    layout, outcome = gd705(tmp_path / "c", 4, "--tp", "2", "--base-gpu-id", "3")
+    assert layout["highest"] == 4 and outcome.findings[0].message.startswith("TP 2 × PP 1 = 2 GPUs, from GPU 3 in steps of 1")
+    layout, outcome = gd705(tmp_path / "d", 4, "--tp", "4", "--gpu-id-step", "2")
+    assert layout["highest"] == 6 and outcome.findings
+    # What is not a plain integer is the parser's to refuse, not judged here.
+    layout, outcome = gd705(tmp_path / "e", 4, "--tp", "two")
+    assert outcome.status == "unknown" and "not an integer" in outcome.reason

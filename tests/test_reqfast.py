@@ -62,7 +62,7 @@ def test_the_common_shapes():
     # Not met, not installed, or not the common shape: packaging decides (and words the finding).
     for text in ("torch==2.12.0", "torch>2.11.0", "torch<2.11", "missing>=1", "numpy~=2.2", "numpy>2.0rc1", "numpy~=2",
                  "numpy @ https://x/y.whl",
-                 "numpy; platform_release >= \"6\"", "numpy>=1.*", "numpy; (os_name == \"posix\")"):
+                 "numpy; platform_release >= \"6\"", "numpy>=1.*", "numpy; (os_name == \"posix\") or (os_name"):
         assert reqfast.satisfied(text, dists, LINUX_312) is None, text
 
 
@@ -114,3 +114,48 @@ def test_never_met_where_packaging_says_unmet(name, paren, extras, specs, marker
     assert fast in (True, None)
     if fast:
         assert packaging_says(text, dists, env) != "unmet", text
+
+
+# SGLang 0.5.23's Requires-Dist lines that the fast path once left to packaging (parenthesised
+# markers, an installed pre-release), with what its closure installs.
+SGLANG_0523 = [
+    ('av==16.1.0; sys_platform == "linux" and (platform_machine == "aarch64" or platform_machine == "arm64" or '
+     'platform_machine == "armv7l")', "av", None),
+    ('deepseek-recipe==0.2.0; (sys_platform == "linux" and (platform_machine == "x86_64" or platform_machine == "aarch64")) '
+     'or sys_platform == "darwin"', "deepseek-recipe", "0.2.0"),
+    ("flash-attn-4>=4.0.0b18", "flash-attn-4", "4.0.0b36"),
+    ('torchcodec==0.17.0; sys_platform != "linux" or (sys_platform == "linux" and platform_machine != "aarch64" and '
+     'platform_machine != "arm64" and platform_machine != "armv7l")', "torchcodec", "0.17.0"),
+]
+
+
+def test_sglangs_parenthesised_markers_and_prerelease_need_no_packaging():
+    for text, name, version in SGLANG_0523:
+        dists = {dist_key(name): {"version": version}} if version else {}
+        assert packaging_says(text, dists, LINUX_312) in ("met", "skip"), text
+        assert reqfast.satisfied(text, dists, LINUX_312) is True, text
+    older = {dist_key("flash-attn-4"): {"version": "4.0.0b9"}}
+    assert packaging_says("flash-attn-4>=4.0.0b18", older, LINUX_312) == "unmet"
+    assert reqfast.satisfied("flash-attn-4>=4.0.0b18", older, LINUX_312) is None
+    assert reqfast.satisfied('x; platform_machine == "a(b" or (python_version >= "3"', {}, LINUX_312) is None  # unbalanced
+
+
+_nested = st.recursive(_clause, lambda inner: st.tuples(inner, st.sampled_from([" and ", " or "]), inner, st.booleans()).map(
+    lambda t: (f"({t[0]}{t[1]}{t[2]})" if t[3] else f"{t[0]}{t[1]}{t[2]}")), max_leaves=5)
+_pre_installed = st.tuples(_release, st.sampled_from(["a1", "b2", "b36", "rc1", "rc10", ""])).map("".join)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(specs=_specs, marker=_nested, version=st.one_of(st.none(), _installed, _pre_installed),
+       python=st.sampled_from(["3.12", "3.9"]), machine=st.sampled_from(["x86_64", "aarch64"]))
+def test_parentheses_and_prereleases_never_met_where_packaging_says_unmet(specs, marker, version, python, machine):
+    text = "torch" + specs + f"; {marker}"
+    env = dict(LINUX_312, python_version=python, python_full_version=python + ".1", platform_machine=machine)
+    dists = {} if version is None else {"torch": {"version": version}}
+    fast = reqfast.satisfied(text, dists, env)
+    assert fast in (True, None)
+    if fast:
+        assert packaging_says(text, dists, env) != "unmet", text
+    bare = reqfast.satisfied("torch" + specs, dists, env)
+    if bare:
+        assert packaging_says("torch" + specs, dists, env) != "unmet", specs

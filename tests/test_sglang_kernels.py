@@ -300,3 +300,52 @@ def test_imported_unguarded_or_beside_vllm_it_is_judged_as_before(tmp_path):
     site2.dist("vllm", "0.33.0", files={"vllm/__init__.py": ""})  # vLLM's own imports of deep_ep are not read: not decidable
     [finding] = gd201(site2, "8.0", "A100").findings
     assert finding.subject == "sgl-deep-ep / GPU 0"
+
+
+# torchao 0.17.0's gate, verbatim (torchao/prototype/mx_formats/kernels.py lines 1010-1014).
+TORCHAO_GATE = '''import torch
+from torchao.utils import is_cuda_version_at_least, is_sm_at_least_100
+
+_mxfp8_cuda_kernels_available = (
+    torch.cuda.is_available()
+    and is_sm_at_least_100()
+    and is_cuda_version_at_least(12, 8)
+)
+'''
+
+
+def install_torchao(site, gate=TORCHAO_GATE):
+    """torchao as SGLang 0.5.12-0.5.17 pull it in: it loads every torchao/_C*.so; _C_mxfp8 stands in here
+    for its sm_100-only MX-FP8 extension (CONCAT has no A100 or L40S code)."""
+    site.dist("torchao", "0.17.0", files={"torchao/__init__.py": "", "torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so": CONCAT,
+                                          "torchao/prototype/mx_formats/kernels.py": gate})
+    site.dist("sglang", "0.5.17", requires=["torchao==0.17.0"], files={
+        "sglang/__init__.py": "", "sglang/srt/layers/torchao_utils.py": "def apply():\n    from torchao.quantization import quantize_\n"})
+
+
+def test_an_extension_its_package_uses_only_on_newer_gpus_is_not_applicable(tmp_path):
+    site = SitePackages(tmp_path / "site")
+    install_sgl_kernel(site)
+    install_torchao(site)
+    [(path, gate)] = facts_of(site)["sglang.capability_gates"]["value"].items()
+    assert path.endswith("torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so")
+    assert gate == {"min_sm": 100, "gate": "is_sm_at_least_100()", "name": "_mxfp8_cuda_kernels_available",
+                    "site": "torchao/prototype/mx_formats/kernels.py:4"}
+    for cc, name in (("8.0", "A100"), ("8.9", "L40S")):
+        result = gd201(site, cc, name)
+        assert result.status == "pass", [f.message for f in result.findings]
+        assert ("_C_mxfp8.cpython-310-x86_64-linux-gnu.so (torchao): its package uses it only from cc 10.0 on "
+                "(torchao/prototype/mx_formats/kernels.py:4: _mxfp8_cuda_kernels_available = … is_sm_at_least_100() …)") in result.reason
+
+
+def test_a_gate_the_gpu_passes_keeps_the_missing_code_an_error(tmp_path):
+    site = SitePackages(tmp_path / "site")
+    install_sgl_kernel(site)
+    install_torchao(site, TORCHAO_GATE.replace("is_sm_at_least_100", "is_sm_at_least_80"))
+    [finding] = gd201(site, "8.0", "A100").findings
+    assert finding.message.startswith("torchao 0.17.0 has no code for GPU 0 (A100, cc 8.0)"), finding.message
+    site2 = SitePackages(tmp_path / "site2")
+    install_sgl_kernel(site2)
+    install_torchao(site2, "import torch\nmxfp8_enabled = torch.cuda.is_available()\n")  # no capability named: judged as before
+    assert facts_of(site2)["sglang.capability_gates"]["value"] == {}
+    assert [f.message[:40] for f in gd201(site2, "8.0", "A100").findings] == ["torchao 0.17.0 has no code for GPU 0 (A1"]

@@ -24,7 +24,8 @@ Facts (source "/proc"):
                        masked), start_ticks, create_time, stack, role}] for vLLM / SGLang /
                        llama.cpp processes (stack: vllm | sglang | llama.cpp)
   processes.port     {port, listeners: [{address, family, uid, inode, pids}]} (ROOT/proc/net/tcp*)
-  processes.shm      {dir, files: [{name, path, kind, size, uid, user, mtime, dev, inode, in_use_by}],
+  processes.shm      {dir, files: [{name, path, kind, size, uid, user, mtime, dev, inode, in_use_by,
+                      creator_pid (SGLang's PID-stamped names)}],
                       maps_unreadable_uids, maps_unreadable_pids}
 
 Anything can vanish or deny access between two reads: a process that is gone is
@@ -82,7 +83,19 @@ SECRET_OPTIONS = re.compile(r"(?i)^--?(api[-_]?key|hf[-_]?token|token|password|s
 SHM_PATTERNS = (
     (re.compile(r"^psm_[0-9a-f]{8}$"), "python_shared_memory"),
     (re.compile(r"^nccl-[\w.-]+$"), "nccl"),
+    # SGLang 0.5.23 (srt/utils/stale_shm_cleanup.py make_shm_name: "sgl_shm_<kind>_<pid>_<8 hex>",
+    # the multimodal inputs and the node check; managers/multi_tokenizer_mixin.py
+    # "multi_tokenizer_args_<pid>"; managers/load_snapshot.py "sglang_loads_<name>_<8 hex>.shm";
+    # mem_cache/storage/mmap/mmap_allocator.py "sglang_host_pool_<32 hex>.mmap").
+    (re.compile(r"^sgl_shm_\w+_\d+_[0-9a-f]{8}$"), "sglang_shared_memory"),
+    (re.compile(r"^multi_tokenizer_args_\d+$"), "sglang_shared_memory"),
+    (re.compile(r"^sglang_loads_[\w.-]*_[0-9a-f]{8}\.shm$"), "sglang_load_snapshot"),
+    (re.compile(r"^sglang_host_pool_[0-9a-f]{32}\.mmap$"), "sglang_host_pool"),
 )
+# The PID SGLang stamps into a segment's name is its creator's (the server's main process for
+# multi_tokenizer_args_<pid>): while that process lives the segment is not left over, mapped or
+# not (SGLang's own sweep, stale_shm_cleanup._creator_pid, keeps it too).
+SHM_CREATOR = re.compile(r"^(?:sgl_shm_\w+_(?P<a>\d+)_[0-9a-f]{8}|multi_tokenizer_args_(?P<b>\d+))$")
 
 
 # --- classifying -------------------------------------------------------------------------------
@@ -283,6 +296,14 @@ def shm_kind(name: str) -> Optional[str]:
     return None
 
 
+def shm_creator(name: str) -> Optional[int]:
+    match = SHM_CREATOR.match(name)
+    if not match:
+        return None
+    pid = int(match.group("a") or match.group("b"))
+    return pid if pid > 0 else None
+
+
 def mapped_paths(proc: str, pid: int, paths: Set[str]) -> Optional[Set[str]]:
     """Which of ``paths`` /proc/PID/maps shows mapped; None when maps cannot be read."""
     found: Set[str] = set()
@@ -366,8 +387,12 @@ def _shm(ctx, proc: str, index: Dict[str, List[Any]]) -> Fact:
             continue  # removed meanwhile
         if not stat_module.S_ISREG(info.st_mode):
             continue
-        files.append({"name": name, "path": path, "kind": kind, "size": info.st_size, "uid": info.st_uid,
-                      "mtime": round(info.st_mtime, 2), "dev": info.st_dev, "inode": info.st_ino, "in_use_by": []})
+        item = {"name": name, "path": path, "kind": kind, "size": info.st_size, "uid": info.st_uid,
+                "mtime": round(info.st_mtime, 2), "dev": info.st_dev, "inode": info.st_ino, "in_use_by": []}
+        creator = shm_creator(name)
+        if creator is not None:
+            item["creator_pid"] = creator
+        files.append(item)
     unreadable_uids: List[int] = []
     unreadable_pids: List[int] = []
     if files:

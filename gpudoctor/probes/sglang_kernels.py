@@ -44,7 +44,7 @@ if _coldstart is None:
     from gpudoctor.probes import coldstart as _coldstart
 fact = _pyenv.fact
 
-FACT_KEYS = ("sglang.extensions", "sglang.optional_imports")
+FACT_KEYS = ("sglang.extensions", "sglang.optional_imports", "sglang.capability_gates")
 TRIGGER_DISTS = ("sglang", "sglang-kernel", "sgl-kernel")
 TRIGGER_DIRS = ("sgl_kernel", "sglang")
 PACKAGE = "sgl_kernel"
@@ -174,7 +174,8 @@ def _package_dir(ctx: Dict[str, Any]) -> Optional[str]:
 
 def empty_facts() -> Dict[str, Dict[str, Any]]:
     return {"sglang.extensions": fact(None, "absent", PACKAGE, "sgl_kernel (sglang-kernel) is not installed"),
-            "sglang.optional_imports": fact(None, "absent", "sglang", "SGLang is not installed")}
+            "sglang.optional_imports": fact(None, "absent", "sglang", "SGLang is not installed"),
+            "sglang.capability_gates": fact(None, "absent", "sglang", "SGLang is not installed")}
 
 
 # --- what SGLang imports only under try/except ---------------------------------------------
@@ -323,8 +324,101 @@ def classify(root: str) -> Dict[str, Any]:
     return {"root": root, "loader": loader, "extensions": extensions}
 
 
+# --- extensions their own package uses only on newer GPUs ------------------------------------
+# A package beside SGLang may ship one extension per feature, each built for the GPUs of that
+# feature, and load them all: torchao 0.17 (which SGLang 0.5.12-0.5.17 require) loads every
+# ``torchao/_C*.so`` (torchao/__init__.py) and ``_C_mxfp8`` has sm_100 code only, while its Python
+# uses the MX-FP8 kernels only where ``torchao/prototype/mx_formats/kernels.py`` allows:
+# ``_mxfp8_cuda_kernels_available = (torch.cuda.is_available() and is_sm_at_least_100() and …)``.
+# Fact ``sglang.capability_gates``: {extension path: {"min_sm", "gate", "name", "site"}} for a
+# ``_C_<feature>`` extension whose package assigns a name holding <feature> from an
+# ``is_sm_at_least_<N>()`` call. https://github.com/pytorch/ao/blob/main/torchao/prototype/mx_formats/kernels.py
+GATES_KIND = "sglang-capability-gates-1"  # bump when capability_gates() changes what it returns
+_FEATURE_EXT = re.compile(r"^_C_([a-z][a-z0-9]*?)(?:_\d+a?)?(?:\.abi3|\.cpython-[\w-]+)?\.so$")
+_SM_AT_LEAST = re.compile(r"^is_sm_at_least_(\d+)$")
+MAX_GATE_FILES = 5_000
+
+
+def _sm_gate(value: ast.AST) -> Optional[Tuple[int, str]]:
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call) and not node.args:
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            match = _SM_AT_LEAST.match(name or "")
+            if match:
+                return int(match.group(1)), name + "()"
+    return None
+
+
+def capability_gates(parent: str) -> Dict[str, Dict[str, Any]]:
+    """The ``_C_<feature>`` extensions of the packages in ``parent`` whose own Python names the GPUs
+    that use them (see above)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    try:
+        tops = sorted(os.listdir(parent))
+    except OSError:
+        return out
+    for top in tops:
+        package = os.path.join(parent, top)
+        try:
+            features = {}
+            for name in os.listdir(package):
+                match = _FEATURE_EXT.match(name)
+                if match:
+                    features.setdefault(match.group(1), []).append(os.path.join(package, name))
+        except OSError:
+            continue
+        if not features:
+            continue
+        sources: List[str] = []
+        for root, dirs, names in os.walk(package):
+            dirs[:] = [d for d in dirs if d not in ("__pycache__", "test", "tests")]
+            sources.extend(os.path.join(root, n) for n in names if n.endswith(".py"))
+            if len(sources) > MAX_GATE_FILES:
+                break
+        for path, data in _coldstart.read_many(sorted(sources)[:MAX_GATE_FILES], MAX_BYTES):
+            if not isinstance(data, bytes) or b"is_sm_at_least_" not in data:
+                continue
+            wanted = [f for f in features if f.encode() in data and not all(p in out for p in features[f])]
+            if not wanted:
+                continue
+            try:
+                tree = ast.parse(data)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+                    continue
+                target = node.targets[0].id
+                for feature in wanted:
+                    gate = _sm_gate(node.value) if feature in target.lower() else None
+                    if gate:
+                        site = f"{os.path.relpath(path, parent)}:{node.lineno}"
+                        for ext in features[feature]:
+                            out.setdefault(ext, {"min_sm": gate[0], "gate": gate[1], "name": target, "site": site})
+    return out
+
+
+def collect_gates(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    parents = [p for p in ctx.get("paths") or [] if os.path.isfile(os.path.join(p, "sglang", "__init__.py"))]
+    if not parents:
+        return {"sglang.capability_gates": fact(None, "absent", "sglang", "SGLang is not installed")}
+    parent = parents[0]
+    cache = _scancache.shared(ctx.get("environ"))
+    key = _scancache.file_key(os.path.join(parent, "sglang", "__init__.py"))
+    stamp = [sorted(os.listdir(parent))] if key else None
+    cached = cache.get(GATES_KIND, parent, key)
+    if cached is not None and cached.get("stamp") == stamp and isinstance(cached.get("gates"), dict):
+        found = cached["gates"]
+    else:
+        found = capability_gates(parent)
+        cache.put(GATES_KIND, parent, key, {"gates": found, "stamp": stamp})
+    return {"sglang.capability_gates": fact(found, source=parent,
+                                            detail=f"{len(found)} extension(s) their package uses only from a compute capability on")}
+
+
 def collect_plain(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     out = collect_optional(ctx)
+    out.update(collect_gates(ctx))
     out.update(_collect_kernels(ctx))
     return out
 

@@ -430,3 +430,47 @@ def kv_cache_too_small_for_max_model_len(snap):
         Fix("Ask for a context that fits (or more memory for the KV cache).", commands),
         severity=severity,
     )
+
+
+@rule("GD724", "sglang-mem-fraction-static-out-of-range", severity=ERROR, area="launch")
+def sglang_mem_fraction_static_out_of_range(snap):
+    """SGLang's `--mem-fraction-static` is not a fraction: at most 0 or above 1.
+
+    ## Why
+    SGLang's parser takes any float here and checks nothing before it loads the weights. Its KV
+    cache gets what is free after loading, less the memory that was free before loading times
+    (1 − `--mem-fraction-static`) (`_profile_available_bytes` in
+    `srt/mem_cache/kv_cache_configurator.py`, 0.5.23). At 0 or below that is never positive, and
+    the server stops after loading the weights with "Loaded weights leave no GPU memory for the KV
+    cache under --mem-fraction-static=…". Above 1 the KV cache is sized from more memory than is
+    free, and allocating it fails with CUDA out of memory. Either way minutes of loading are lost.
+
+    ## Fix
+    Give a fraction in (0, 1]: SGLang's own choice is made when the flag is left out
+    (`srt/arg_groups/memory_hook.py`), and 0.8-0.9 are the usual values by hand.
+
+    ## References
+    - https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/mem_cache/kv_cache_configurator.py
+    - https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/arg_groups/fields/schedule.py
+      (`mem_fraction_static`: "The fraction of the memory used for static allocation (model
+      weights and KV cache memory pool)")
+    """
+    if snap.value("launch.kind") != "sglang-serve":
+        return _applies(snap) or NotApplicable("not an SGLang server command")
+    memory = snap.value("launch.sglang_memory")
+    if not isinstance(memory, dict):
+        return Unknown(f"the command's --mem-fraction-static was not read ({snap.get('launch.sglang_memory').describe()})")
+    value = memory.get("value")
+    if not memory.get("defined"):
+        return Unknown("this SGLang's --mem-fraction-static definition could not be read from its source")
+    if memory.get("typed") is None:
+        return None  # SGLang chooses it (memory_hook.py)
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return Unknown(f"--mem-fraction-static {memory.get('typed')!r} is not a number (SGLang's parser refuses it)")
+    if 0 < value <= 1:
+        return None
+    why = ("leaves no GPU memory for the KV cache: SGLang stops after loading the weights" if value <= 0
+           else "sizes the KV cache from more memory than is free: allocating it fails with CUDA out of memory")
+    return Fail(f"--mem-fraction-static {memory['typed']} {why}", [("launch.sglang_memory", memory)],
+                Fix("Give a fraction in (0, 1], or leave the flag out and let SGLang choose.",
+                    [_command_with(snap, "--mem-fraction-static", 0.85)]))

@@ -26,7 +26,15 @@ def parallel_size_exceeds_gpus(snap):
     - CUDA C++ Programming Guide, "CUDA Environment Variables" (CUDA_VISIBLE_DEVICES).
     - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     - https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-variables.html
+    - SGLang: https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/entrypoints/engine.py
+      (`_calculate_rank_ranges`: a scheduler's GPU is base_gpu_id + (pp_rank % pp_per_node) ×
+      tp_per_node + (tp_rank % tp_per_node) × gpu_id_step) and
+      python/sglang/srt/managers/data_parallel_controller.py (each data-parallel replica starts
+      tp × pp × gpu_id_step GPUs further); attention DP (`--attn-dp-size`, or the deprecated
+      `--dp-size N --enable-dp-attention`) runs inside the TP group's GPUs.
     """
+    if snap.value("launch.kind") == "sglang-serve":
+        return _sglang_gpus(snap)
     skip = _applies(snap)
     if skip:
         return skip
@@ -46,6 +54,38 @@ def parallel_size_exceeds_gpus(snap):
          ("visible GPUs", _counted(visible))],
         Fix("Fit the parallel sizes to the visible GPUs, or make more GPUs visible.",
             [_command_with(snap, "--tensor-parallel-size", _largest_divisor_tp(snap, fit))]),
+    )
+
+
+def _sglang_gpus(snap):
+    """GD705 for `sglang serve`: the highest GPU index its schedulers take against the visible GPUs
+    (probes/launch/sglang_args.py parallel_layout)."""
+    layout = snap.value("launch.sglang_parallel")
+    if not isinstance(layout, dict):
+        return Unknown(f"the command's parallel layout was not read ({snap.get('launch.sglang_parallel').describe()})")
+    if layout.get("gpus") is None:
+        return Unknown(f"not judged: {layout.get('why') or 'the layout is not known'}")
+    visible = _visible(snap)
+    if visible is None:
+        return Unknown(f"no GPU facts ({snap.get('gpu.count').describe()})")
+    highest = int(layout["highest"])
+    if highest < len(visible):
+        return None
+    tp, pp, dp = layout["tp_size"], layout["pp_size"], layout["dp_size"]
+    parts = f"TP {tp} × PP {pp}" + (f" × DP {dp}" if dp > 1 else "") + (f" over {layout['nnodes']} nodes" if layout["nnodes"] > 1 else "")
+    offset = ""
+    if layout["base_gpu_id"] or layout["gpu_id_step"] != 1:
+        offset = f", from GPU {layout['base_gpu_id']} in steps of {layout['gpu_id_step']}"
+    env = (snap.value("env") or {}).get("CUDA_VISIBLE_DEVICES")
+    seen = f" (CUDA_VISIBLE_DEVICES={env!r})" if env is not None else ""
+    fit = max(1, len(visible) // max(1, dp * pp))
+    return Fail(
+        f"{parts} = {layout['gpus']} GPUs{offset}: SGLang's schedulers would use GPU index {highest}, "
+        f"and {len(visible)} are visible{seen}",
+        [("launch.sglang_parallel", {k: layout[k] for k in ("tp_size", "pp_size", "dp_size", "attn_dp_size", "nnodes",
+                                                             "base_gpu_id", "gpu_id_step")}), "gpu.count",
+         ("visible GPUs", _counted(visible))],
+        Fix("Fit the parallel sizes to the visible GPUs, or make more GPUs visible.", [_command_with(snap, "--tp-size", fit)]),
     )
 
 

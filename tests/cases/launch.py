@@ -112,6 +112,36 @@ def port_held(tmp):
     return _WORLD["held"].getsockname()[1]
 
 
+# sglang 0.5.23's own definition of the flag (sglang/srt/arg_groups/fields/schedule.py lines 27-30).
+SCHEDULE = '''class Schedule(msgspec.Struct):
+    _NS_PATH = "schedule"
+    mem_fraction_static: A[
+        Optional[float],
+        "The fraction of the memory used for static allocation (model weights and KV cache memory pool). Use a smaller value if you see out-of-memory errors.",
+    ] = None
+'''
+
+
+def sglang_serve(*flags: str):
+    """The facts preflight records for ``sglang serve Qwen/Qwen3-8B flags…`` on the H200, the installed
+    SGLang laid out as pip installs 0.5.23 (tests/test_preflight_sglang.py has its other fields)."""
+    def build(tmp):
+        from gpudoctor.probes.launch import probe
+        from test_preflight_sglang import MODEL, SERVER_ARGS, SERVING
+        from test_pystack_env import SitePackages
+
+        site = SitePackages(tmp / "site")
+        site.dist("sglang", "0.5.23", files={
+            "sglang/__init__.py": "", "sglang/version.py": '__version__ = "0.5.23"\n', "sglang/srt/server_args.py": SERVER_ARGS,
+            "sglang/srt/arg_groups/fields/serving.py": SERVING, "sglang/srt/arg_groups/fields/model.py": MODEL,
+            "sglang/srt/arg_groups/fields/schedule.py": SCHEDULE})
+        _, facts, _ = probe.inspect(["sglang", "serve", "Qwen/Qwen3-8B", *flags], environ={"PATH": ""}, own_paths=[str(site.path)])
+        snap = Snapshot.load(H200)
+        snap.facts.update(facts)
+        return snap
+    return build
+
+
 CUSTOM = dict(architectures=["AcmeForCausalLM"], auto_map={"AutoModelForCausalLM": "modeling_acme.AcmeForCausalLM"})
 FP8 = dict(quantization_config={"quant_method": "fp8", "activation_scheme": "dynamic"})
 CLEAN = preflight(H200, "small", "--max-model-len", "4096", "--port", "8123")
@@ -237,4 +267,14 @@ CASES = [
     # GD723 architecture-needs-trust-remote-code
     Case("custom-code-trusted", "GD723", preflight(H200, model_in("custom", **CUSTOM), "--trust-remote-code"), "pass"),
     Case("custom-code-not-trusted", "GD723", preflight(H200, model_in("custom", **CUSTOM)), "fail", "error"),
+    # GD724 sglang-mem-fraction-static-out-of-range
+    Case("sglang-chooses-it", "GD724", sglang_serve(), "pass"),
+    Case("sglang-0.85", "GD724", sglang_serve("--mem-fraction-static", "0.85"), "pass"),
+    Case("sglang-1.0", "GD724", sglang_serve("--mem-fraction-static=1"), "pass"),
+    Case("sglang-85-meant-as-percent", "GD724", sglang_serve("--mem-frac", "85"), "fail", "error",
+         ("--mem-fraction-static 85 sizes the KV cache from more memory than is free",), commands=("--mem-fraction-static 0.85",)),
+    Case("sglang-zero", "GD724", sglang_serve("--mem-fraction-static", "0"), "fail", "error",
+         ("leaves no GPU memory for the KV cache",)),
+    Case("sglang-not-a-number", "GD724", sglang_serve("--mem-fraction-static", "high"), "unknown"),
+    Case("a-vllm-command", "GD724", CLEAN, "not_applicable"),
 ]

@@ -49,6 +49,20 @@ CASES = [
                                      "files": [{"path": "/dev/shm/psm_0123abcd", "name": "psm_0123abcd", "size": 4 << 20,
                                                 "mtime": NOW - 3600, "uid": 0, "in_use_by": []}]})),
          "fail", "warning", ("psm_0123abcd",), subject="/dev/shm"),
+    # SGLang's PID-stamped segments: left over once their creator is gone, never while it runs
+    # (PID 1147 is in the recording's process table, 424242 is not).
+    Case("sglang-mm-segment-of-a-dead-scheduler", "GD603",
+         stale(put("processes.shm", {"dir": "/dev/shm", "maps_unreadable_pids": [], "maps_unreadable_uids": [],
+                                     "files": [{"path": "/dev/shm/sgl_shm_mm_424242_0badf00d", "name": "sgl_shm_mm_424242_0badf00d",
+                                                "size": 8 << 20, "mtime": NOW - 3600, "uid": 0, "in_use_by": [],
+                                                "creator_pid": 424242, "kind": "sglang_shared_memory"}]})),
+         "fail", "warning", ("sgl_shm_mm_424242_0badf00d",), subject="/dev/shm"),
+    Case("sglang-tokenizer-args-of-a-live-server", "GD603",
+         stale(put("processes.shm", {"dir": "/dev/shm", "maps_unreadable_pids": [], "maps_unreadable_uids": [],
+                                     "files": [{"path": "/dev/shm/multi_tokenizer_args_1147", "name": "multi_tokenizer_args_1147",
+                                                "size": 4096, "mtime": NOW - 3600, "uid": 0, "in_use_by": [],
+                                                "creator_pid": 1147, "kind": "sglang_shared_memory"}]})),
+         "pass"),
     # GD604 gpu-memory-invisible-process
     Case("after-gpudoctor-fix", "GD604", snap(AFTER), "pass"),
     Case("4-gib-held-by-a-pid-not-here", "GD604",

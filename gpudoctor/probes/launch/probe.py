@@ -6,6 +6,8 @@ Facts (source: the command, the model's files, the installed vLLM's source):
                      typed -> its long name, so a fix edits the flag the user typed: `-tp 3` stays `-tp`)}
   launch.kind        vllm-serve | vllm-api-server | vllm-other | sglang-serve | sglang-other | other
   launch.sglang      {path, version, found_via, dist_info, flags, files} of the SGLang an sglang-serve command runs
+  launch.sglang_parallel  {tp_size, pp_size, dp_size, attn_dp_size, nnodes, base_gpu_id, gpu_id_step, gpus, highest}
+  launch.sglang_memory    {typed, value, defined}: the command's --mem-fraction-static
   launch.env         NAME=value assignments before the command (and a script's exports)
   launch.model       the model as given (positional or --model)
   launch.args        canonical flag -> value (numbers and JSON parsed)
@@ -360,6 +362,9 @@ def sglang_facts(program_argv: Sequence[str], words: Sequence[str], environ: Dic
     port = int(port_text) if port_text is not None and port_text.isdigit() else default if isinstance(default, int) else None
     facts["launch.port"] = ok({"port": port, "host": sglang_args.value_of(words, known, ("--host",)), "uds": None}, source,
                               "the command's --port" if port_text is not None else "SGLang's default port (serving.py)")
+    layout = sglang_args.parallel_layout(words, read)
+    facts["launch.sglang_parallel"] = ok(layout, source, "the GPUs this command's schedulers take, as SGLang places them")
+    facts["launch.sglang_memory"] = ok(sglang_args.mem_fraction(words, read), source, "--mem-fraction-static as typed")
     unknown = sglang_args.unknown_flags(words, known)
     if not positional and words and not words[0].startswith("-"):
         unknown.insert(0, {"flag": words[0], "as_typed": words[0], "suggestion": "--model-path " + words[0]})

@@ -77,13 +77,15 @@ def read_flags(package: str) -> Dict[str, Any]:
     """{"flags": sorted flag names, "defaults": {flag: literal default}, "files", "problems"} of an installed SGLang."""
     flags: Dict[str, Optional[str]] = {}
     defaults: Dict[str, Any] = {}
+    field_defaults: Dict[str, Any] = {}
     files: List[str] = []
     problems: List[str] = []
     directory = os.path.join(package, FIELDS_DIR)
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".py"))
     except OSError as exc:
-        return {"flags": [], "defaults": {}, "files": [], "problems": [f"{FIELDS_DIR}: {exc.strerror or exc}"]}
+        return {"flags": [], "defaults": {}, "fields": {}, "field_defaults": {}, "files": [],
+                "problems": [f"{FIELDS_DIR}: {exc.strerror or exc}"]}
     for name in names:
         text = _read(os.path.join(directory, name))
         try:
@@ -106,6 +108,7 @@ def read_flags(package: str) -> Dict[str, Any]:
                     flags[flag] = item.target.id
                 if found and isinstance(item.value, ast.Constant):
                     defaults[found[0]] = item.value.value
+                    field_defaults[item.target.id] = item.value.value
     text = _read(os.path.join(package, SERVER_ARGS))
     if text is None:
         problems.append("sglang/srt/server_args.py not readable")
@@ -123,7 +126,8 @@ def read_flags(package: str) -> Dict[str, Any]:
         files.append("sglang/srt/server_args.py")
     for flag in SERVE_ONLY + ARGPARSE:
         flags.setdefault(flag, None)
-    return {"flags": sorted(flags), "defaults": defaults, "files": files, "problems": problems}
+    return {"flags": sorted(flags), "defaults": defaults, "fields": {f: n for f, n in flags.items() if n},
+            "field_defaults": field_defaults, "files": files, "problems": problems}
 
 
 def _option_words(words: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
@@ -185,3 +189,67 @@ def model_of(words: Sequence[str], known: Sequence[str], positional: bool = True
     if positional and words and not words[0].startswith("-"):
         return words[0]
     return value_of(words, known, ("--model-path", "--model"))
+
+
+# --- the GPUs a command takes ------------------------------------------------------------------------
+# SGLang 0.5.23 places its schedulers this way (srt/entrypoints/engine.py _calculate_rank_ranges and
+# _launch_scheduler_processes, srt/managers/data_parallel_controller.py launch_dp_schedulers):
+#   gpu = base_gpu_id + dp_rank * tp * pp * gpu_id_step + (pp_rank % pp_per_node) * tp_per_node
+#         + (tp_rank % tp_per_node) * gpu_id_step
+# with pp_per_node = max(pp // nnodes, 1) and tp_per_node = tp // max(nnodes // pp, 1). dp_size counts
+# replicas; attention DP (--attn-dp-size, or the deprecated --dp-size N --enable-dp-attention, which
+# srt/arg_groups/parallel_hook.py turns into --attn-dp-size N) runs inside the TP group's GPUs.
+LAYOUT_FIELDS = ("tp_size", "pp_size", "dp_size", "attn_dp_size", "nnodes", "base_gpu_id", "gpu_id_step")
+
+
+def _field_value(words: Sequence[str], read: Dict[str, Any], field: str) -> Optional[str]:
+    spellings = [f for f, n in (read.get("fields") or {}).items() if n == field]
+    return value_of(words, read.get("flags") or [], spellings) if spellings else None
+
+
+def _switch(words: Sequence[str], known: Sequence[str], flag: str) -> bool:
+    return any(match(w.split("=", 1)[0], known)[0] == flag for w in words if w.startswith("--"))
+
+
+def parallel_layout(words: Sequence[str], read: Dict[str, Any]) -> Dict[str, Any]:
+    """{tp_size, …, "gpus": GPUs on this node, "highest": the highest GPU index it uses, "why"}: "gpus"
+    is None (with "why") where the layout is not this simple or a value is not an integer."""
+    out: Dict[str, Any] = {}
+    defined = set((read.get("fields") or {}).values())
+    if read.get("problems") or not {"tp_size", "pp_size", "dp_size"} <= defined:
+        # SGLang before the arg_groups namespaces (0.5.17 and older declare ServerArgs differently)
+        return {"gpus": None, "why": "this SGLang's parallel flags could not be read from its source"}
+    defaults = read.get("field_defaults") or {}
+    for field in LAYOUT_FIELDS:
+        text = _field_value(words, read, field)
+        default = defaults.get(field, 0 if field == "base_gpu_id" else 1)
+        try:
+            out[field] = int(text) if text is not None else int(default)
+        except (TypeError, ValueError):
+            return dict(out, gpus=None, why=f"{field} is not an integer ({text!r}): SGLang's parser refuses it")
+    out["dp_attention"] = _switch(words, read.get("flags") or [], "--enable-dp-attention")
+    if out["dp_attention"] and out["attn_dp_size"] == 1:
+        out["attn_dp_size"], out["dp_size"] = out["dp_size"], 1  # parallel_hook.py _handle_deprecated_dp_attention
+    tp, pp, dp, nnodes = out["tp_size"], out["pp_size"], out["dp_size"], out["nnodes"]
+    base, step = out["base_gpu_id"], out["gpu_id_step"]
+    if min(tp, pp, dp, nnodes, out["attn_dp_size"], step) < 1 or base < 0:
+        return dict(out, gpus=None, why="a parallel size below 1")
+    if nnodes > 1 and dp > 1:
+        return dict(out, gpus=None, why="data-parallel replicas across several nodes are not judged here")
+    pp_per_node = max(pp // nnodes, 1)
+    tp_per_node = tp // max(nnodes // pp, 1)
+    if tp_per_node < 1:
+        return dict(out, gpus=None, why="more nodes than TP × PP ranks")
+    out["gpus"] = dp * pp_per_node * tp_per_node
+    out["highest"] = base + (dp - 1) * tp * pp * step + (pp_per_node - 1) * tp_per_node + (tp_per_node - 1) * step
+    return out
+
+
+def mem_fraction(words: Sequence[str], read: Dict[str, Any]) -> Dict[str, Any]:
+    """{"typed": the --mem-fraction-static value as typed or None, "value": it as a float or None}."""
+    text = _field_value(words, read, "mem_fraction_static")
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        value = None  # argparse's float() refuses it: the parser's error, not judged here
+    return {"typed": text, "value": value, "defined": "mem_fraction_static" in (read.get("fields") or {}).values()}

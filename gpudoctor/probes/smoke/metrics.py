@@ -11,6 +11,16 @@ Two naming schemes carry the same four counters:
   (``llamacpp:spec_decode_num_drafts_total`` … ``{position="i"}``), always present, zero
   when no draft model is loaded.
 
+- SGLang (``python/sglang/srt/observability/metrics_collector.py``, served only with
+  ``--enable-metrics``) has no draft-token counters: ``sglang:spec_verify_calls_total`` (verify
+  passes of finished requests) and ``sglang:generation_tokens_total`` (their output tokens), and
+  gauges of the latest batch (``sglang:spec_accept_length``, ``sglang:spec_accept_rate``,
+  ``sglang:spec_num_draft_tokens``). From the deltas: mean acceptance length = tokens / verify
+  passes (SGLang's own ``spec_accept_length``, bonus token included); draft tokens = verify passes
+  × (``spec_num_draft_tokens`` − 1) and accepted = tokens − verify passes (SGLang's
+  ``num_proposed_drafts``; each pass yields its accepted drafts plus one), approximate by one
+  token per request (its first, from prefill). Exact counts come per request (smoke/session.py).
+
 Derived numbers follow vLLM's definitions (and ``vllm bench serve``,
 https://docs.vllm.ai/en/latest/cli/bench/serve/):
 acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted / drafts;
@@ -35,6 +45,10 @@ _SPEC = re.compile(
 LEGACY_GAUGES = ("vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_efficiency")
 SCHEME_NAMES = {"vllm": "vllm", "llamacpp": "llama.cpp"}
 COUNTERS = ("drafts", "draft_tokens", "accepted_tokens")
+SGLANG_VERIFY = "sglang:spec_verify_calls_total"
+SGLANG_TOKENS = "sglang:generation_tokens_total"
+SGLANG_DRAFT_TOKENS = "sglang:spec_num_draft_tokens"
+SGLANG_GAUGES = ("sglang:spec_accept_length", "sglang:spec_accept_rate", SGLANG_DRAFT_TOKENS)
 
 
 def parse(text: str) -> Tuple[Samples, int]:
@@ -114,7 +128,7 @@ def spec_counters(samples: Samples) -> Optional[Dict[str, Any]]:
         else:
             entry[what] += value
     if not by_ns:
-        return None
+        return _sglang_counters(samples)
     ns = next((n for n in ("vllm", "llamacpp") if n in by_ns), sorted(by_ns)[0])
     entry = by_ns[ns]
     return {
@@ -127,8 +141,32 @@ def spec_counters(samples: Samples) -> Optional[Dict[str, Any]]:
     }
 
 
+def _sglang_counters(samples: Samples) -> Optional[Dict[str, Any]]:
+    """SGLang's two counters summed over label sets (TP/PP/DP ranks, is_streaming), or None: SGLang
+    creates the verify series when the first speculative request finishes."""
+    verify = tokens = 0.0
+    draft_tokens: Optional[float] = None
+    names = set()
+    for (name, _), value in samples.items():
+        if not math.isfinite(value):
+            continue
+        if name == SGLANG_VERIFY:
+            verify += value
+            names.add(name)
+        elif name == SGLANG_TOKENS:
+            tokens += value
+            names.add(name)
+        elif name == SGLANG_DRAFT_TOKENS and value > 0:
+            draft_tokens = max(draft_tokens or 0.0, value)
+    if SGLANG_VERIFY not in names:
+        return None
+    return {"scheme": "sglang", "metric_names": sorted(names), "drafts": verify, "generated_tokens": tokens,
+            "num_draft_tokens": draft_tokens, "draft_tokens": 0.0, "accepted_tokens": 0.0, "per_pos": {}}
+
+
 def legacy_gauges(samples: Samples) -> Dict[str, float]:
-    return {name: value for (name, _), value in samples.items() if name in LEGACY_GAUGES}
+    """vLLM V0's gauges, and SGLang's gauges of its latest batch."""
+    return {name: value for (name, _), value in samples.items() if name in LEGACY_GAUGES or name in SGLANG_GAUGES}
 
 
 def _number(value: float) -> Any:
@@ -139,6 +177,8 @@ def spec_delta(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]
     """What happened between two scrapes, with vLLM's derived ratios (None: no counters)."""
     if after is None:
         return None
+    if after.get("scheme") == "sglang":
+        return _sglang_delta(before, after)
     before = before or {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "per_pos": {}}
     reset = any(after[key] < before.get(key, 0.0) for key in COUNTERS)
     base = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "per_pos": {}} if reset else before
@@ -159,3 +199,28 @@ def spec_delta(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]
         "counter_reset": reset,
     }
     return out
+
+
+def _sglang_delta(before: Optional[Dict[str, Any]], after: Dict[str, Any]) -> Dict[str, Any]:
+    base = before if before and before.get("scheme") == "sglang" else {"drafts": 0.0, "generated_tokens": 0.0}
+    reset = after["drafts"] < base["drafts"] or after["generated_tokens"] < base["generated_tokens"]
+    if reset:
+        base = {"drafts": 0.0, "generated_tokens": 0.0}
+    verify = after["drafts"] - base["drafts"]
+    tokens = after["generated_tokens"] - base["generated_tokens"]
+    per_pass = after.get("num_draft_tokens")
+    draft_tokens = verify * (per_pass - 1) if isinstance(per_pass, (int, float)) and per_pass > 1 else None
+    accepted = max(0.0, tokens - verify) if verify > 0 else 0.0
+    return {
+        "scheme": "sglang",
+        "drafts": _number(verify),
+        "draft_tokens": _number(draft_tokens) if draft_tokens is not None else None,
+        "accepted_tokens": _number(accepted),
+        "generated_tokens": _number(tokens),
+        "accepted_per_position": [],
+        "acceptance_rate": round(min(1.0, accepted / draft_tokens), 4) if draft_tokens else None,
+        "mean_acceptance_length": round(tokens / verify, 4) if verify > 0 else None,
+        "per_position_acceptance": [],
+        "counter_reset": reset,
+        "approximate": "accepted and draft tokens from SGLang's verify passes: one token per request over",
+    }

@@ -84,6 +84,9 @@ def _run_steps(opts: Options, progress: Optional[Progress], facts: Dict[str, Fac
     if not ready.ok:
         return
     model, models_fact = choose_model(opts, models)
+    if any(isinstance(m, dict) and m.get("owned_by") == "sglang" for m in models or []):
+        # SGLang's ModelCard (srt/entrypoints/openai/protocol.py) says owned_by "sglang".
+        run_.engine = models_fact.value["engine"] = "sglang"
     facts["server.models"] = models_fact
     facts["server.launch"], facts["server.parsers"] = server_info(run_)
     before = scrape_metrics(run_)

@@ -65,6 +65,15 @@ class Run:
         self.client = Client(opts.url, opts.api_key)
         self.lock = threading.Lock()
         self.per_response = {"responses": 0, "draft_tokens": 0, "accepted_tokens": 0, "kind": None}
+        self.engine: Optional[str] = None  # "sglang" when /v1/models says so (owned_by), for its request fields
+
+    def engine_fields(self, payload: Dict[str, Any]) -> Dict[str, Any]:
+        """What this engine needs added to a chat request. SGLang reports a request's speculative
+        counts only when asked (ChatCompletionRequest.return_spec_tokens_details, answered in the
+        response's ``sglext.spec_tokens_details``); other servers may refuse unknown fields."""
+        if self.engine == "sglang":
+            return dict(payload, return_spec_tokens_details=True)
+        return payload
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -119,7 +128,7 @@ class Run:
 
     def post_json(self, path: str, payload: Dict[str, Any], what: str) -> Tuple[Any, Response]:
         try:
-            response = self.client.request("POST", path, payload, timeout=self.timeout_left())
+            response = self.client.request("POST", path, self.engine_fields(payload), timeout=self.timeout_left())
         except ClientError as exc:
             raise StepError(self.from_client_error(exc)) from None
         if not 200 <= response.status < 300:
@@ -130,17 +139,27 @@ class Run:
             raise StepError(self.failure(exc.kind, f"{what}: {exc.message}", response.status)) from None
 
     def note_spec(self, body: Any) -> None:
-        """Per-response draft counts: llama.cpp ``timings``, vLLM per-request ``metrics``."""
+        """Per-response draft counts: llama.cpp ``timings``, vLLM per-request ``metrics``, SGLang's
+        ``sglext.spec_tokens_details`` (one object, or a list with ``n`` > 1:
+        spec_num_proposed_drafts, spec_num_correct_drafts)."""
         if not isinstance(body, dict):
             return
         timings = body.get("timings")
         spec = (body.get("metrics") or {}).get("speculative_decoding") if isinstance(body.get("metrics"), dict) else None
+        sglext = (body.get("sglext") or {}).get("spec_tokens_details") if isinstance(body.get("sglext"), dict) else None
         drafted = accepted = None
         kind = None
         if isinstance(timings, dict) and isinstance(timings.get("draft_n"), (int, float)):
             drafted, accepted, kind = timings.get("draft_n"), timings.get("draft_n_accepted", 0), "timings.draft_n"
         elif isinstance(spec, dict) and isinstance(spec.get("num_draft_tokens"), (int, float)):
             drafted, accepted, kind = spec.get("num_draft_tokens"), spec.get("num_accepted_draft_tokens", 0), "metrics.speculative_decoding"
+        elif isinstance(sglext, (dict, list)):
+            items = [d for d in (sglext if isinstance(sglext, list) else [sglext]) if isinstance(d, dict)]
+            proposed = [d.get("spec_num_proposed_drafts") for d in items]
+            if items and all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in proposed):
+                drafted = sum(proposed)
+                accepted = sum(d.get("spec_num_correct_drafts") or 0 for d in items if isinstance(d.get("spec_num_correct_drafts") or 0, (int, float)))
+                kind = "sglext.spec_tokens_details"
         if drafted is None:
             return
         with self.lock:

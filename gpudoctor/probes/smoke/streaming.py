@@ -41,6 +41,7 @@ def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any
     usage = None
     timings = None
     server_metrics = None
+    sglext = None
     t0 = time.perf_counter()
 
     def finish() -> Dict[str, Any]:
@@ -74,7 +75,7 @@ def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any
         return m
 
     try:
-        for event in run_.client.stream("/v1/chat/completions", payload, run_.timeout_left(), result):
+        for event in run_.client.stream("/v1/chat/completions", run_.engine_fields(payload), run_.timeout_left(), result):
             if event.data.strip() == "[DONE]":
                 continue
             if result.done:
@@ -98,6 +99,8 @@ def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any
                 timings = chunk["timings"]
             if isinstance(chunk.get("metrics"), dict):
                 server_metrics = chunk["metrics"]
+            if isinstance(chunk.get("sglext"), dict):  # SGLang: a chunk with no choices, before the usage chunk
+                sglext = chunk["sglext"]
             choices = chunk.get("choices") if isinstance(chunk.get("choices"), list) else []
             for choice in choices:
                 if not isinstance(choice, dict):
@@ -130,7 +133,7 @@ def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any
             message = f"{what}: the stream was cut after {result.events} events, without [DONE]"
         raise StepError(run_.failure(kind, message, result.status or None, {"measured": finish()})) from None
     measured = finish()
-    run_.note_spec({"timings": timings, "metrics": server_metrics})  # the last chunk's counts cover the request
+    run_.note_spec({"timings": timings, "metrics": server_metrics, "sglext": sglext})  # the last chunk's counts cover the request
     if not result.done:
         raise StepError(run_.failure("stream_cut", f"{what}: the stream ended after {result.events} events without data: [DONE]",
                                      result.status, {"measured": measured}))
