@@ -92,6 +92,13 @@ if ls "$R"/.whl/sgl/*.whl >/dev/null 2>&1; then
   gd check --python "$work/sgl/bin/python" --format json > "$dir/check-sgl.json" 2>/dev/null
   gd preflight --python "$work/sgl/bin/python" -- "$work/sgl/bin/sglang" serve --model-path Qwen/Qwen3-8B --tp 1 --mem-fracton-static 0.8 \
     > "$dir/preflight-sgl.txt" 2>&1; log "preflight sglang serve --mem-fracton-static: exit $? $(grep -m1 -i 'did you mean' "$dir/preflight-sgl.txt" | cut -c1-200)"
+  # GD705: more GPUs than there are (TP 8 here); GD724: --mem-fraction-static outside (0, 1]; TP = the GPUs there passes.
+  ngpu=$(nvidia-smi -L | wc -l)
+  for args in "--tp 8" "--tp $ngpu --mem-fraction-static 85" "--tp $ngpu --mem-fraction-static 0.85"; do
+    gd preflight --python "$work/sgl/bin/python" -- "$work/sgl/bin/sglang" serve --model-path Qwen/Qwen3-8B $args \
+      > "$dir/preflight-sgl-${args// /_}.txt" 2>&1
+    log "preflight sglang serve $args: exit $? $(grep -o -m2 'GD70[15]\|GD724' "$dir/preflight-sgl-${args// /_}.txt" | tr '\n' ' ')"
+  done
 fi
 
 # --- 5. real extensions built for another torch, each in its own venv over the machine's torch -------
