@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import List
@@ -50,7 +51,10 @@ def _rendered(tmp_path: Path) -> str:
         text = "".join(plain(finding_lines(finding, ASCII)) for finding in outcome.findings)
         blocks.append(f"\n## {case.rule} {case.name}\n" + text.replace(str(where), "<tmp>"))
     # Directories other case modules make once per run (tempfile.mkdtemp: /tmp/gpudoctor-launch-cases-x1y2z3ab).
-    text = re.sub(re.escape(tempfile.gettempdir()) + r"/[^/\s,\]\)\}']+", "<tmp>", "".join(blocks))
+    text = "".join(blocks)
+    for python in sorted({sys.executable, os.path.realpath(sys.executable)}, key=len, reverse=True):
+        text = text.replace(python, "<python>")  # the test interpreter, named in fix commands
+    text = re.sub(re.escape(tempfile.gettempdir()) + r"/[^/\s,\]\)\}']+", "<tmp>", text)
     for pattern, replacement in LIVE:
         text = re.sub(pattern, replacement, text)
     return text

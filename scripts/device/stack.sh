@@ -105,8 +105,12 @@ fi
 for whl in "$R"/.whl/ext/*.whl; do
   [ -f "$whl" ] || continue
   name=$(basename "$whl" | cut -d- -f1); v="$work/ext-$name"
-  "$py" -m venv --system-site-packages --without-pip "$v" && "$py" -m pip --python "$v/bin/python" install -q --no-index --no-deps "$whl" \
+  # The machine's python3 is itself a venv: --system-site-packages would reach the base interpreter's
+  # site-packages, not the one holding torch. A .pth file names that one (after the venv's own).
+  "$py" -m venv --without-pip "$v" && "$py" -m pip --python "$v/bin/python" install -q --no-index --no-deps "$whl" \
     > "$dir/install-ext-$name.txt" 2>&1
+  "$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+    > "$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/machine-torch.pth"
   "$v/bin/python" - "$name" > "$dir/load-ext-$name.json" 2>&1 <<'PY'
 import ctypes, json, os, sys, sysconfig
 import torch
