@@ -384,6 +384,8 @@ def _finding_md(finding: Finding) -> List[str]:
         out.append(f"- {code(_clip(item.path, 120))} = {code(_clip(show(item.path, item.value), EVIDENCE_LIMIT))}")
     if finding.evidence:
         out.append("")
+    if finding.also:
+        out += ["**Same cause:** " + ", ".join(code(_clip(label, 120)) for label in finding.also), ""]
     if finding.fix:
         out += [f"**Fix:** {plain_paragraph(_clip(finding.fix.summary, MESSAGE_LIMIT))}", ""]
         if finding.fix.commands:

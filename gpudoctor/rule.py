@@ -91,6 +91,7 @@ class Fail:
     fix: Optional[Fix] = None
     subject: str = ""  # e.g. "GPU 1"; lets one rule report each GPU separately
     severity: Optional[str] = None  # override the rule's default (rarely)
+    cause: str = ""  # a key shared by the findings of one cause: shown as one (engine.fold)
 
 
 @dataclass
@@ -216,9 +217,16 @@ class Finding:
     evidence: List[Evidence]
     fix: Optional[Fix]
     subject: str = ""
+    cause: str = ""  # see Fail.cause
+    also: List[str] = field(default_factory=list)  # the findings of the same cause folded into this one
+
+    @property
+    def label(self) -> str:
+        """``GD503 requirement-not-satisfied [torch]``: how a folded finding is named."""
+        return f"{self.rule_id} {self.name}" + (f" [{self.subject}]" if self.subject else "")
 
     def to_json(self) -> Dict[str, Any]:
-        return {
+        out = {
             "id": self.rule_id,
             "name": self.name,
             "severity": self.severity,
@@ -229,6 +237,11 @@ class Finding:
             "evidence": [item.to_json() for item in self.evidence],
             "fix": self.fix.to_json() if self.fix else None,
         }
+        if self.cause:
+            out["cause"] = self.cause
+        if self.also:
+            out["same_cause"] = list(self.also)
+        return out
 
 
 @dataclass

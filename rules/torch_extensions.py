@@ -9,8 +9,10 @@ from typing import Any, Dict, List, Optional
 
 from gpudoctor.knowledge.cxx_symbols import abi_hint, readable
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
+from gpudoctor.snapshot import dist_key
 
 from .driver import version_tuple
+from .requirements import cause_of
 
 # The engines gpudoctor serves: their torch pin is the torch to have, not something to move off.
 ENGINES = ("vllm", "sglang")
@@ -224,7 +226,9 @@ def extension_built_for_other_torch(snap):
     bundle of one build per torch release (file names tagged torch24 … torch29 in one directory)
     is judged by the file for the installed torch only: the package loads that one.
     `--deep` loads each of them (at most 16, the broken first) in a child interpreter right after
-    `import torch` and quotes the loader's words; one that loads after all is a warning.
+    `import torch` and quotes the loader's words; one that loads after all is a warning. An engine
+    installed without its requirements (`pip install --no-deps`) beside a torch other than the one
+    it pins is one cause with GD503 and GD510: this rule then says what they say.
 
     ## Fix
     The release of that distribution built for the installed torch (pip picks it when asked for
@@ -268,6 +272,11 @@ def extension_built_for_other_torch(snap):
     cpu_torch = snap.value("torch.cuda") is None
     fails = []
     for dist, entries in sorted(by_dist.items()):
+        cause = cause_of(snap, dist_key(dist))
+        if cause is not None and cause.fail is not None and cause.torch_unmet and dist_key(dist) == cause.root \
+                and not loaded:
+            fails.append(cause.fail)  # the engine's torch pin unmet, pip never finished: one cause (rules/requirements.py)
+            continue
         first = entries[0]
         reasons = describe(snap, first)
         for entry in entries[1:3]:  # its other files: how much, not the same symbols again

@@ -29,6 +29,9 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
 
     if not quiet:
         lines.append([(f"gpudoctor {__version__}", "bold"), (f"  {context(result.snapshot)}", "dim")])
+    shown = {}  # rule ID -> its findings as shown: one per cause (engine.fold)
+    for finding in result.findings:
+        shown.setdefault(finding.rule_id, []).append(finding)
     for area in area_order(o.rule.area for o in result.outcomes):
         outcomes = [o for o in result.outcomes if o.rule.area == area]
         if not verbose and all(o.status == NOT_APPLICABLE for o in outcomes):
@@ -46,7 +49,7 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
             ]
         )
         for outcome in outcomes:
-            for finding in sorted(outcome.findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.subject)):
+            for finding in sorted(shown.get(outcome.rule.id, []), key=lambda f: (-SEVERITY_RANK[f.severity], f.subject)):
                 lines.extend(finding_lines(finding, glyphs))
             if verbose and outcome.status == UNKNOWN:
                 lines.append(
@@ -111,6 +114,8 @@ def finding_lines(finding, glyphs, show_subject: bool = True) -> List[Line]:
         pieces = wrap(show(item.path, item.value), max(40, 110 - len(label)))
         out.append([(label, "dim"), (pieces[0], "")])
         out.extend([[(" " * len(label), ""), (piece, "")] for piece in pieces[1:]])
+    if finding.also:
+        out.append([("      same cause: ", "bold"), (", ".join(finding.also), "")])
     if finding.fix:
         out.append([("      fix: ", "bold"), (finding.fix.summary, "")])
         for command in finding.fix.commands:
