@@ -185,6 +185,23 @@ def describe(snap, entry: Dict[str, Any]) -> List[str]:
     return reasons
 
 
+def _file_line(entry: Dict[str, Any]) -> str:
+    """One extension as evidence people read: ``vllm/_C.abi3.so: needs libtorch_cuda.so; 3 missing
+    torch symbols`` (the whole entry, its DT_NEEDED list and scan statistics, stay in the JSON)."""
+    path = str(entry.get("path"))
+    package = str(entry.get("package") or "")
+    marker = f"/{package}/" if package else ""
+    shown = path[path.rfind(marker) + 1:] if marker and marker in path else os.path.basename(path)
+    said = []
+    unresolved = [str(n) for n in entry.get("unresolved") or []]
+    if unresolved:
+        said.append("needs " + ", ".join(unresolved))
+    count = (entry.get("symbols") or {}).get("missing_count") or 0
+    if count:
+        said.append(f"{count} missing torch symbol(s)")
+    return f"{shown}: {'; '.join(said)}" if said else shown
+
+
 def loads(snap) -> Dict[str, Dict[str, Any]]:
     """What --deep saw loading each torch extension after import torch (probes/deep_ext.py), by path."""
     value = snap.value("torch.extensions_load")
@@ -308,7 +325,8 @@ def extension_built_for_other_torch(snap):
         fails.append(Fail(
             f"{label} will not load with torch {torch}: " + "; ".join(reasons) + more
             + (f". Built for: {'; '.join(said)}" if said else ""),
-            ["torch.extensions", "torch.version", "torch.cxx11_abi"] + (["torch.extensions_load"] if load else []),
+            [("files that will not load", [_file_line(e) for e in entries]), "torch.version", "torch.cxx11_abi"]
+            + (["torch.extensions_load"] if load else []),
             _fix(snap, str(owner) if owner else None, first, cuda_over_cpu),
             subject=dist, severity=severity))
     if fails:
