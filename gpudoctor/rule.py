@@ -226,7 +226,7 @@ class Finding:
         return f"{self.rule_id} {self.name}" + (f" [{self.subject}]" if self.subject else "")
 
     def to_json(self) -> Dict[str, Any]:
-        out = {
+        out: Dict[str, Any] = {
             "id": self.rule_id,
             "name": self.name,
             "severity": self.severity,
