@@ -129,3 +129,19 @@ def test_a_redirect_to_another_host_does_not_carry_the_token():
 def test_gpudoctor_hub_0_turns_it_off(value):
     assert hub.fetch("Qwen/Qwen3-8B", None, {"GPUDOCTOR_HUB": value, "HF_ENDPOINT": "http://127.0.0.1:9"})["detail"] == \
         "not asked: GPUDOCTOR_HUB=0"
+
+
+def test_verbose_lists_the_passed_rules_with_the_kv_cache_headroom(world):  # noqa: F811
+    """Issue 31: `-v` said "2 more (-v lists them)" and never listed passed rules."""
+    import io
+
+    from gpudoctor import cli
+
+    with StandIn() as standin:
+        out, err = io.StringIO(), io.StringIO()
+        cli.main(["preflight", "-v", *serve_hub(world, "Qwen/Qwen3-8B", "-tp", "2", "--max-model-len", "32768")],
+                 environ=env_for(world, HF_ENDPOINT=standin.url), stdout=out, stderr=err)
+    text = out.getvalue()
+    assert "✓ GD706 tensor-parallel-does-not-divide-model" in text
+    assert "✓ GD710 kv-cache-too-small-for-max-model-len: estimated: a 32768-token request needs about" in text
+    assert "-v lists them" not in text

@@ -58,22 +58,26 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
                         (f"unknown: {outcome.reason}", "dim"),
                     ]
                 )
-        if verbose:  # one line per area, not one per rule: "no launch command" 23 times is noise
-            for gap in gates.not_applicable(outcomes):
+        if verbose:  # what passed, each rule (with what it measured, when it says), then not applicable
+            for outcome in outcomes:
+                if outcome.status == PASS:
+                    lines.append([(f"    {glyphs[PASS]} {outcome.rule.id} {outcome.rule.name}", STYLES[PASS]),
+                                  (f": {outcome.reason}" if outcome.reason else "", "dim")])
+            for gap in gates.not_applicable(outcomes):  # one line per area, not one per rule: "no launch command" 23 times is noise
                 lines.append([(f"    {glyphs[NOT_APPLICABLE]} {gap.count} not applicable: ", STYLES[NOT_APPLICABLE]),
-                              (gap.line(limit=4), "dim")])
+                              (gap.line(limit=len(gap.reasons)), "dim")])
     if lines:
         lines.append([])
-    lines.extend(summary_block(result, fail_on, glyphs))
+    lines.extend(summary_block(result, fail_on, glyphs, every=verbose))
     return lines
 
 
-def summary_block(result: Result, fail_on: str, glyphs=UNICODE) -> List[Line]:
+def summary_block(result: Result, fail_on: str, glyphs=UNICODE, every: bool = False) -> List[Line]:
     """The summary line, then the loud notes and the areas not checked (never only under -v)."""
     out: List[Line] = [_summary(result, fail_on)]
     for note in result.notes:
         out.append([(f"{glyphs['warning']} ", STYLES["warning"]), (note, "bold")])
-    for number, text in enumerate(gates.summary_lines(result.outcomes, fail_on)):
+    for number, text in enumerate(gates.summary_lines(result.outcomes, fail_on, every)):
         out.append([(f"{glyphs[UNKNOWN]} " if number == 0 else "", STYLES[UNKNOWN]), (text, "" if number else "bold")])
     return out
 
