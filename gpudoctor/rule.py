@@ -30,6 +30,18 @@ WARNING = "warning"
 INFO = "info"
 SEVERITY_RANK = {INFO: 0, WARNING: 1, ERROR: 2}
 
+# The one severity policy (issue 31): what each severity means, said by `gpudoctor rules` and
+# `gpudoctor explain ID`, and held by tests/test_severity_policy.py. A rule's catalogue severity is
+# its usual one; a finding takes another only where the rule's "## Severity" section says when.
+SEVERITY_POLICY: Dict[str, str] = {
+    ERROR: "the server will not start, will crash, or will give wrong results as set up: it blocks (exit 1)",
+    WARNING: "it starts, but something is degraded, fragile, or likely to fail later, or a failure that cannot be "
+             "confirmed here: it does not block unless --fail-on warning",
+    INFO: "worth knowing; nothing to fix now",
+}
+SEVERITY_NOTE = ("A rule's severity is its usual one; a finding takes another only where the rule's docs say when "
+                 "(## Severity in `gpudoctor explain ID`).")
+
 # Areas in display order: (key, title). The hundreds digit of a rule ID names its area.
 AREAS: Tuple[Tuple[str, str], ...] = (
     ("internal", "gpudoctor"),

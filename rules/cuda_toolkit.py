@@ -115,6 +115,11 @@ def toolkit_newer_than_driver(snap):
     PTX was compiled with an unsupported toolchain"), and JIT paths (FlashInfer, Triton's
     ptxas) hit the same wall.
 
+    ## Severity
+    A warning when only the toolkit's minor version is newer than the driver's (minor-version
+    compatibility runs most code); an error for a newer major CUDA, which this driver cannot run
+    at all.
+
     ## Fix
     Upgrade the driver to the toolkit's own driver (CUDA Toolkit Release Notes, Table 3), or
     build with a toolkit no newer than the driver's CUDA (the "CUDA Version" nvidia-smi shows).
@@ -326,6 +331,10 @@ def ld_library_path_shadows(snap):
     __nvJitLinkComplete_12_4, version libnvJitLink.so.12`. An older NCCL or cuDNN loads
     without error and fails or misbehaves later. Same soname, other version: only then is a
     library shadowed (a libcudart.so.12 cannot shadow torch's libcudart.so.13).
+
+    ## Severity
+    A warning when LD_LIBRARY_PATH puts another copy of a CUDA library first; an error when that
+    copy is older than the one the wheel was built with (its symbols are missing at load).
 
     ## Fix
     Remove the toolkit's lib64 from LD_LIBRARY_PATH for the serving process, or put the

@@ -103,6 +103,11 @@ def no_driver(snap):
     not loaded, the device nodes are not accessible, or a GPU is lost. The driver/library
     version mismatch has its own rule, GD102.
 
+    ## Severity
+    An error when no driver answers on a machine that should have GPUs; a warning when the GPUs
+    were read anyway (through nvidia-smi) and only gpudoctor's own NVML binding is missing or
+    shadowed: the server is not affected.
+
     ## Fix
     Depends on the cause, which the finding names: install the driver, load the module
     (`sudo modprobe nvidia`, then read `dmesg`), fix `/dev/nvidia*` permissions, or start
@@ -208,6 +213,11 @@ def driver_too_old_for_torch(snap):
     but below the driver that shipped with X.Y, it runs with a limited feature set, and
     PTX built by the newer toolkit cannot be JIT-compiled ("the provided PTX was compiled
     with an unsupported toolchain").
+
+    ## Severity
+    An error when the driver is older than the minimum of torch's CUDA major (no kernel runs); a
+    warning when it is only older than that CUDA release's own driver: torch runs through minor-
+    version compatibility and only kernels shipped as newer PTX fail.
 
     ## Fix
     Upgrade the driver, or install the torch build that matches the driver's CUDA (the

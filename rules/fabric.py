@@ -268,6 +268,10 @@ def nccl_socket_ifname_missing(snap):
     found", or an internal error on some versions) and the tensor-parallel server does not start. It is often copied from another machine
     (`eth0` where this one has `ens5`, `ib0` where there is no InfiniBand).
 
+    ## Severity
+    An error with two or more GPUs (NCCL starts, and fails); a warning with one GPU, where a
+    single-rank server may never start NCCL.
+
     ## Fix
     Name an interface that exists here (`ls /sys/class/net`), or unset the variable.
 

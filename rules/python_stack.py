@@ -280,6 +280,10 @@ def duplicate_distribution(snap):
     `~/.local` or the system site-packages means the user site or `--system-site-packages`
     leaks in. Either way, what runs is not what `pip list` says.
 
+    ## Severity
+    An error when a package of the inference stack is installed twice in different versions
+    (what runs is not what pip reports); a warning for identical copies and for other packages.
+
     ## Fix
     Remove the copy you do not want (uninstall until none is left, then reinstall once), or
     delete a stale `*.dist-info` folder that has no files behind it. Reported: two copies in

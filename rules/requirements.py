@@ -201,9 +201,13 @@ def requirement_not_satisfied(snap):
     and GD508 where they see the same stack, and one fix: `pip install vllm==X` without
     `--no-deps` keeps the installed vLLM and installs what it requires (pip resolves the
     dependencies of a requirement that is already satisfied too). It is this cause from three
-    requirements never installed on: an error (the engine cannot import). One or two missing
-    pure-Python libraries stay a warning of their own (they may be imported lazily, or replaced
-    on purpose: opencv-python for opencv-python-headless).
+    requirements never installed on.
+
+    ## Severity
+    An error when the unmet requirement is compiled code (torch and its family, the engines and
+    their kernels, triton, xformers, flashinfer, flash-attn, nvidia-* and cuda-* wheels, cupy)
+    or when three or more were never installed (the engine cannot import); a warning for one or
+    two pure-Python libraries, which may be imported lazily or replaced on purpose.
 
     ## Fix
     Install what the requirement asks for, e.g. `python -m pip install 'torch==2.11.0'`,
