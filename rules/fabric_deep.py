@@ -114,6 +114,11 @@ def nccl_allreduce_failed(snap):
     P2P runs several times slower (measured on a 2xH200 with NVLink: 268 GB/s over P2P, 26 GB/s
     over SHM).
 
+    ## Severity
+    An error when the all-reduce fails, hangs or returns a wrong sum (multi-GPU serving fails or
+    corrupts); a warning when it works but NCCL went around P2P that NVML reports (it runs
+    slower than it could).
+
     ## Fix
     The NCCL error quoted here names the cause; for a wrong sum, the GPU-to-GPU path is broken
     (see GD318). For a fallback to SHM or NET, look for what forbids P2P: `NCCL_P2P_LEVEL`,
