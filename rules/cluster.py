@@ -351,10 +351,6 @@ def gpu_models_differ(snap):
     FA4 targets 10.x), so a pipeline stage on an older GPU can need a backend the others do
     not use, and the binaries must carry code for every capability in the cluster.
 
-    ## Severity
-    A warning when the nodes' GPU models differ within one compute capability; an error when
-    compute capabilities differ (one build of the kernels may not run on every node).
-
     ## Fix
     Serve one model on nodes with the same GPU model; put other GPUs in a separate
     deployment (or restrict each node with CUDA_VISIBLE_DEVICES before `ray start`).
@@ -363,6 +359,10 @@ def gpu_models_differ(snap):
     - vLLM docs, docs/serving/parallelism_scaling.md ("container images … hide host
       heterogeneity"; TP = GPUs per node, PP = number of nodes).
     - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
+
+    ## Severity
+    A warning when the nodes' GPU models differ within one compute capability; an error when
+    compute capabilities differ (one build of the kernels may not run on every node).
     """
     found, outcome = _gpu_groups(snap, lambda k: tuple(sorted(set(k))))
     if outcome:

@@ -103,11 +103,6 @@ def no_driver(snap):
     not loaded, the device nodes are not accessible, or a GPU is lost. The driver/library
     version mismatch has its own rule, GD102.
 
-    ## Severity
-    An error when no driver answers on a machine that should have GPUs; a warning when the GPUs
-    were read anyway (through nvidia-smi) and only gpudoctor's own NVML binding is missing or
-    shadowed: the server is not affected.
-
     ## Fix
     Depends on the cause, which the finding names: install the driver, load the module
     (`sudo modprobe nvidia`, then read `dmesg`), fix `/dev/nvidia*` permissions, or start
@@ -119,6 +114,11 @@ def no_driver(snap):
     - vLLM "Failed to infer device type": https://github.com/vllm-project/vllm/issues/12847,
       https://github.com/vllm-project/vllm/issues/13865.
     - https://docs.nvidia.com/deploy/nvml-api/api/group__nvmlInitializationAndCleanup.html
+
+    ## Severity
+    An error when no driver answers on a machine that should have GPUs; a warning when the GPUs
+    were read anyway (through nvidia-smi) and only gpudoctor's own NVML binding is missing or
+    shadowed: the server is not affected.
     """
     if "driver.nvml" not in snap.facts:
         # The GPU probe crashed or timed out before NVML answered (GD001 reports that):
@@ -214,11 +214,6 @@ def driver_too_old_for_torch(snap):
     PTX built by the newer toolkit cannot be JIT-compiled ("the provided PTX was compiled
     with an unsupported toolchain").
 
-    ## Severity
-    An error when the driver is older than the minimum of torch's CUDA major (no kernel runs); a
-    warning when it is only older than that CUDA release's own driver: torch runs through minor-
-    version compatibility and only kernels shipped as newer PTX fail.
-
     ## Fix
     Upgrade the driver, or install the torch build that matches the driver's CUDA (the
     "CUDA Version" in the nvidia-smi banner), e.g.
@@ -231,6 +226,11 @@ def driver_too_old_for_torch(snap):
       https://github.com/vllm-project/vllm/issues/31700.
     - https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html
     - https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html
+
+    ## Severity
+    An error when the driver is older than the minimum of torch's CUDA major (no kernel runs); a
+    warning when it is only older than that CUDA release's own driver: torch runs through minor-
+    version compatibility and only kernels shipped as newer PTX fail.
     """
     driver = snap.value("driver.version")
     torch_cuda = str(snap.value("torch.cuda"))

@@ -114,11 +114,6 @@ def nccl_allreduce_failed(snap):
     P2P runs several times slower (measured on a 2xH200 with NVLink: 268 GB/s over P2P, 26 GB/s
     over SHM).
 
-    ## Severity
-    An error when the all-reduce fails, hangs or returns a wrong sum (multi-GPU serving fails or
-    corrupts); a warning when it works but NCCL went around P2P that NVML reports (it runs
-    slower than it could).
-
     ## Fix
     The NCCL error quoted here names the cause; for a wrong sum, the GPU-to-GPU path is broken
     (see GD318). For a fallback to SHM or NET, look for what forbids P2P: `NCCL_P2P_LEVEL`,
@@ -129,6 +124,11 @@ def nccl_allreduce_failed(snap):
     - NCCL environment variables (NCCL_DEBUG, NCCL_P2P_LEVEL):
       https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html
     - nccl-tests' bus bandwidth: https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md
+
+    ## Severity
+    An error when the all-reduce fails, hangs or returns a wrong sum (multi-GPU serving fails or
+    corrupts); a warning when it works but NCCL went around P2P that NVML reports (it runs
+    slower than it could).
     """
     value = _deep_fact(snap, NCCL)
     if not isinstance(value, dict):

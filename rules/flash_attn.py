@@ -524,11 +524,6 @@ def flash_attn_source_build_not_ready(snap):
     a (re)install of FA2 is called for (GD402, GD404, missing files) and no prebuilt wheel
     matches.
 
-    ## Severity
-    An error when the build cannot succeed (no nvcc, an nvcc the build refuses or of another
-    CUDA than torch's, FLASH_ATTN_CUDA_ARCHS leaving out this GPU); a warning for what only
-    makes it slow or fragile (no ninja, MAX_JOBS for the memory there is).
-
     ## Fix
     Fix each item, then build with
     `MAX_JOBS=N FLASH_ATTN_CUDA_ARCHS="80" python -m pip install --no-build-isolation flash-attn==VERSION`
@@ -537,6 +532,11 @@ def flash_attn_source_build_not_ready(snap):
     ## References
     - flash-attention README.
     - https://github.com/Dao-AILab/flash-attention#installation-and-features
+
+    ## Severity
+    An error when the build cannot succeed (no nvcc, an nvcc the build refuses or of another
+    CUDA than torch's, FLASH_ATTN_CUDA_ARCHS leaving out this GPU); a warning for what only
+    makes it slow or fragile (no ninja, MAX_JOBS for the memory there is).
     """
     if not variants(snap):
         return NotApplicable("no flash-attn distribution is installed")

@@ -34,11 +34,6 @@ def mixed_gpus(snap):
     backend one of the GPUs cannot run (FA3 needs 9.x, FP8 needs ≥ 8.9), and binaries
     must carry code for every capability present.
 
-    ## Severity
-    A warning for different models of one compute capability (a TP group runs at the slowest
-    one's speed and memory); an error across compute capabilities (kernels built for one may not
-    run on the other).
-
     ## Fix
     Restrict the server to one kind of GPU with `CUDA_VISIBLE_DEVICES`, e.g.
     `export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,1`. The indices are
@@ -49,6 +44,11 @@ def mixed_gpus(snap):
     - CUDA C++ Programming Guide, "CUDA Environment Variables" (CUDA_DEVICE_ORDER:
       FASTEST_FIRST by default, PCI_BUS_ID).
     - https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-variables.html
+
+    ## Severity
+    A warning for different models of one compute capability (a TP group runs at the slowest
+    one's speed and memory); an error across compute capabilities (kernels built for one may not
+    run on the other).
     """
     visible = visible_gpus(snap)
     if len(visible) < 2:

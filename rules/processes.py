@@ -113,11 +113,6 @@ def serving_port_in_use(snap):
     (see GD601), info when it is a live serving process (the server you may want to use),
     warning for anything else.
 
-    ## Severity
-    An error when a stale serving process (GD601) holds the port; a warning when another
-    process, or one not visible here, holds it; info when a running server holds it (probably
-    the one you mean).
-
     ## Fix
     Stop the holder if it is stale (`gpudoctor fix`), or start the new server on another
     port (`vllm serve … --port 8001`). Check with `ss -ltnp 'sport = :8000'`.
@@ -125,6 +120,11 @@ def serving_port_in_use(snap):
 
     ## References
     - https://man7.org/linux/man-pages/man5/proc.5.html
+
+    ## Severity
+    An error when a stale serving process (GD601) holds the port; a warning when another
+    process, or one not visible here, holds it; info when a running server holds it (probably
+    the one you mean).
     """
     data = snap.value("processes.port") or {}
     port = data.get("port")

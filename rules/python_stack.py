@@ -280,10 +280,6 @@ def duplicate_distribution(snap):
     `~/.local` or the system site-packages means the user site or `--system-site-packages`
     leaks in. Either way, what runs is not what `pip list` says.
 
-    ## Severity
-    An error when a package of the inference stack is installed twice in different versions
-    (what runs is not what pip reports); a warning for identical copies and for other packages.
-
     ## Fix
     Remove the copy you do not want (uninstall until none is left, then reinstall once), or
     delete a stale `*.dist-info` folder that has no files behind it. Reported: two copies in
@@ -296,6 +292,10 @@ def duplicate_distribution(snap):
       project); PEP 376.
     - https://packaging.python.org/specifications/recording-installed-packages/
     - https://peps.python.org/pep-0376/
+
+    ## Severity
+    An error when a package of the inference stack is installed twice in different versions
+    (what runs is not what pip reports); a warning for identical copies and for other packages.
     """
     fails = []
     stack_names = set((snap.value("packages.stack") or {}).keys())

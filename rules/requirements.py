@@ -203,12 +203,6 @@ def requirement_not_satisfied(snap):
     dependencies of a requirement that is already satisfied too). It is this cause from three
     requirements never installed on.
 
-    ## Severity
-    An error when the unmet requirement is compiled code (torch and its family, the engines and
-    their kernels, triton, xformers, flashinfer, flash-attn, nvidia-* and cuda-* wheels, cupy)
-    or when three or more were never installed (the engine cannot import); a warning for one or
-    two pure-Python libraries, which may be imported lazily or replaced on purpose.
-
     ## Fix
     Install what the requirement asks for, e.g. `python -m pip install 'torch==2.11.0'`,
     or reinstall the package that pins it so that pip resolves them together.
@@ -221,6 +215,12 @@ def requirement_not_satisfied(snap):
     - https://peps.python.org/pep-0508/
     - https://pip.pypa.io/en/stable/cli/pip_install/ (`--no-deps`: "Don't install package
       dependencies").
+
+    ## Severity
+    An error when the unmet requirement is compiled code (torch and its family, the engines and
+    their kernels, triton, xformers, flashinfer, flash-attn, nvidia-* and cuda-* wheels, cupy)
+    or when three or more were never installed (the engine cannot import); a warning for one or
+    two pure-Python libraries, which may be imported lazily or replaced on purpose.
     """
     unmet = unmet_requirements(snap)
     stack = snap.value("packages.stack") or {}

@@ -19,9 +19,9 @@ HARMLESS = re.compile(r"\b(is harmless|can be ignored|still works|works anyway|n
 
 
 def _run(*argv):
-    out = io.StringIO()
-    code = cli.main(list(argv), stdout=out, stderr=io.StringIO())
-    return code, out.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue() + err.getvalue()
 
 
 def test_the_policy_names_every_severity_and_the_catalogue_says_it():

@@ -27,5 +27,6 @@ def run(args, io: IO) -> int:
         return ExitCode.OK
     for meta in rules:
         io.stdout.write(f"{meta.id}  {meta.name:<36} {meta.severity:<8} {meta.area:<10} {meta.title}\n")
-    io.stdout.write("\nSeverity:\n" + "".join(f"  {name:<8} {text}\n" for name, text in SEVERITY_POLICY.items()) + f"  {SEVERITY_NOTE}\n")
+    # The policy goes to stderr: stdout stays one rule a line, which scripts (and the tests) read.
+    io.stderr.write("\nSeverity:\n" + "".join(f"  {name:<8} {text}\n" for name, text in SEVERITY_POLICY.items()) + f"  {SEVERITY_NOTE}\n")
     return ExitCode.OK
