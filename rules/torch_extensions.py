@@ -196,9 +196,11 @@ def _file_line(entry: Dict[str, Any]) -> str:
     unresolved = [str(n) for n in entry.get("unresolved") or []]
     if unresolved:
         said.append("needs " + ", ".join(unresolved))
-    count = (entry.get("symbols") or {}).get("missing_count") or 0
+    symbols = entry.get("symbols") or {}
+    count = symbols.get("missing_count") or 0
     if count:
-        said.append(f"{count} missing torch symbol(s)")
+        first = [str(m) for m in symbols.get("missing") or []][:1]
+        said.append(f"{count} missing torch symbol(s)" + (f", e.g. {readable(first[0])}" if first else ""))
     return f"{shown}: {'; '.join(said)}" if said else shown
 
 

@@ -110,8 +110,8 @@ def test_evidence_dicts_leave_out_what_no_one_reads():
             "nvcc_version_source": "nvcc --version", "nvcc_full": "13.0.88", "version": "13.0.88",
             "version_source": "nvcc --version", "headers": False, "source": "nvcc on PATH", "exists": True, "env": {}}
     assert show("cuda.home", home) == ("path=/usr/local, nvcc=/usr/local/bin/nvcc, nvcc_version=13.0, nvcc_full=13.0.88, "
-                                       "headers=no, source=nvcc on PATH, exists=yes")
-    assert show("x", {"path": "/a", "realpath": "/b", "installed": None}) == "path=/a, realpath=/b, installed=none"
+                                       "version=13.0.88, headers=no, source=nvcc on PATH, exists=yes")
+    assert show("x", {"path": "/a", "realpath": "/b", "installed": None, "dev": []}) == "path=/a, realpath=/b, installed=none, dev=[]"
 
 
 def test_evidence_wraps_between_words_never_inside_one():

@@ -72,22 +72,12 @@ def render(value: Any, key: str = "", depth: int = 0) -> str:
 
 
 def _readable(value: Dict[Any, Any]) -> Dict[Any, Any]:
-    """A fact's dict as people read it: without empty containers (``env={}``), the provenance of
-    its other fields (``*_source``), a ``realpath`` equal to its ``path``, or a string that repeats
-    an earlier field's (``nvcc_full=13.0.88`` after ``version=13.0.88``). The JSON keeps them all."""
-    out: Dict[Any, Any] = {}
-    seen = set()
-    for key, item in value.items():
-        name = str(key)
-        if isinstance(item, (dict, list, tuple, str)) and not item and not isinstance(item, bool):
-            continue
-        if name.endswith("_source") or (name == "realpath" and item == value.get("path")):
-            continue
-        if isinstance(item, str) and len(item) > 3 and item in seen:
-            continue
-        if isinstance(item, str):
-            seen.add(item)
-        out[key] = item
+    """A fact's dict as people read it: without an empty mapping (``env={}``), the provenance of its
+    other fields (``*_source``) or a ``realpath`` equal to its ``path``. An empty list stays (``dev=[]``
+    is often the evidence itself). The JSON keeps them all."""
+    out = {key: item for key, item in value.items()
+           if not (isinstance(item, dict) and not item) and not str(key).endswith("_source")
+           and not (key == "realpath" and item == value.get("path"))}
     return out or dict(value)
 
 
