@@ -37,16 +37,17 @@ class Result:
 
     @property
     def findings(self) -> List[Finding]:
-        found = [f for o in self.outcomes for f in o.findings]
+        """Every finding, those of one cause folded into one (``fold``), worst first."""
+        found = fold([f for o in self.outcomes for f in o.findings])
         return sorted(found, key=lambda f: (-SEVERITY_RANK[f.severity], f.rule_id, f.subject))
 
     def counts(self) -> Dict[str, int]:
+        """Findings by severity (one per cause), and the other outcomes by status."""
         counts = {"error": 0, "warning": 0, "info": 0, PASS: 0, UNKNOWN: 0, NOT_APPLICABLE: 0}
+        for finding in self.findings:
+            counts[finding.severity] += 1
         for outcome in self.outcomes:
-            if outcome.status == FAIL:
-                for finding in outcome.findings:
-                    counts[finding.severity] += 1
-            else:
+            if outcome.status != FAIL:
                 counts[outcome.status] += 1
         return counts
 
@@ -64,6 +65,41 @@ def blocking(findings: Sequence[Finding], fail_on: str) -> List[Finding]:
     """The findings at or above ``fail_on`` (one node's or a cluster's): what makes the exit code 1."""
     floor = SEVERITY_RANK.get(fail_on, SEVERITY_RANK["warning"])  # "unknown" blocks warnings too
     return [f for f in findings if SEVERITY_RANK[f.severity] >= floor]
+
+
+def fold(findings: Sequence[Finding]) -> List[Finding]:
+    """One finding per cause: findings with the same ``cause`` key (rules that each see a piece of
+    one cause, e.g. GD503 and GD510 for an engine installed with ``pip install --no-deps``, return
+    the one statement and fix built for it) are shown as the first of them, worst severity first,
+    then by rule ID, naming the others in ``also``; its severity is the group's worst, so the exit
+    code is the same as unfolded. Its evidence is each fact once; fix actions of the others are
+    kept. Findings without a cause, and each rule's own outcome (JSON, JUnit, explain's
+    confirmation), are left as they are."""
+    groups: Dict[str, List[Finding]] = {}
+    for finding in findings:
+        if finding.cause:
+            groups.setdefault(finding.cause, []).append(finding)
+    out: List[Finding] = []
+    for finding in findings:
+        if not finding.cause:
+            out.append(finding)
+            continue
+        group = groups.pop(finding.cause, None)
+        if not group:
+            continue  # folded into an earlier one
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        ordered = sorted(group, key=lambda f: (-SEVERITY_RANK[f.severity], f.rule_id, f.subject))
+        first = ordered[0]
+        evidence = list({(e.path, repr(e.value)): e for f in ordered for e in f.evidence}.values())
+        fix = first.fix
+        if fix is not None:
+            extra = [a for f in ordered[1:] if f.fix for a in f.fix.actions if a not in fix.actions]
+            fix = replace(fix, actions=list(fix.actions) + extra) if extra else fix
+        also = [f.label for f in ordered[1:]]
+        out.append(replace(first, evidence=evidence, fix=fix, also=list(dict.fromkeys(first.also + also))))
+    return out
 
 
 def run_rules(snapshot: Snapshot, rules: Sequence[RuleMeta]) -> Result:
@@ -278,6 +314,7 @@ def _finding(snapshot: Snapshot, meta: RuleMeta, fail: Fail) -> Finding:
         evidence=[_evidence(snapshot, item) for item in fail.evidence],
         fix=fail.fix,
         subject=fail.subject,
+        cause=fail.cause,
     )
 
 

@@ -68,15 +68,17 @@ def gated(blocking: Sequence, outcomes: Sequence, fail_on: str) -> bool:
     return bool(blocking) or (fail_on == UNKNOWN and any(o.status == UNKNOWN for o in outcomes))
 
 
-def summary_lines(outcomes: Sequence, fail_on: str) -> List[str]:
-    """The lines under the summary: each area not (fully) checked, with why; empty when all decided."""
+def summary_lines(outcomes: Sequence, fail_on: str, every: bool = False) -> List[str]:
+    """The lines under the summary: each area not (fully) checked, with why; empty when all decided.
+    ``every`` (-v): every reason, not the first three and "N more"."""
     found = not_checked(outcomes)
     if not found:
         return []
     hint = "" if fail_on == UNKNOWN else " (--fail-on unknown makes this exit 1)"
     lines = [f"Not checked{hint}:"]
     for gap in found:
-        lines.append(f"  {gap.title}: {gap.count} rule{'s' * (gap.count != 1)} undecided: {gap.line()}")
+        lines.append(f"  {gap.title}: {gap.count} rule{'s' * (gap.count != 1)} undecided: "
+                     f"{gap.line(limit=len(gap.reasons)) if every else gap.line()}")
     return lines
 
 

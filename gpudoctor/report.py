@@ -164,8 +164,10 @@ def read_log(
 
 
 # --- smoke -------------------------------------------------------------------------------
-def run_smoke(url: str, timeout: float, environ: Mapping[str, str], api_key_env: Optional[str] = None) -> Smoke:
-    """The smoke probe (``gpudoctor.probes.smoke.collect``) against ``url``; "error" when it cannot run."""
+def run_smoke(url: str, timeout: float, environ: Mapping[str, str], api_key_env: Optional[str] = None,
+              progress: Optional[Callable[[str, str], None]] = None) -> Smoke:
+    """The smoke probe (``gpudoctor.probes.smoke.collect``) against ``url``; "error" when it cannot run.
+    ``progress``: the live line of each step (commands/smoke.ProgressLine), on a terminal."""
     try:
         from gpudoctor.probes import Context, smoke
         from gpudoctor.probes.smoke.session import Options
@@ -173,7 +175,7 @@ def run_smoke(url: str, timeout: float, environ: Mapping[str, str], api_key_env:
         options = Options(url=url, timeout=timeout)
         if api_key_env:
             options.api_key, options.api_key_env = environ.get(api_key_env), api_key_env
-        facts = smoke.collect(Context(environ=dict(environ), smoke=options))
+        facts = smoke.collect(Context(environ=dict(environ), smoke=options, progress=progress))
     except Exception as exc:  # the report must be written even when the smoke check breaks
         return Smoke(True, url, "error", f"smoke check failed: {type(exc).__name__}: {exc}")
     clean = {str(k): v for k, v in facts.items() if isinstance(v, Fact)}
@@ -276,7 +278,7 @@ def to_markdown(report: Report, snapshot_note: str = "", limit: int = ISSUE_LIMI
             procs.append("")
     sections.append(("processes", 2, procs))
 
-    sections.append(("smoke check", 3, ["### Smoke check", ""] + _smoke_md(report.smoke, snap)))
+    sections.append(("smoke check", 3, ["### Smoke check", ""] + _smoke_md(report.smoke, snap, report.result)))
     if report.log is not None:
         sections.append(("log excerpt", 2, _log_md(report.log)))
 
@@ -384,6 +386,8 @@ def _finding_md(finding: Finding) -> List[str]:
         out.append(f"- {code(_clip(item.path, 120))} = {code(_clip(show(item.path, item.value), EVIDENCE_LIMIT))}")
     if finding.evidence:
         out.append("")
+    if finding.also:
+        out += ["**Same cause:** " + ", ".join(code(_clip(label, 120)) for label in finding.also), ""]
     if finding.fix:
         out += [f"**Fix:** {plain_paragraph(_clip(finding.fix.summary, MESSAGE_LIMIT))}", ""]
         if finding.fix.commands:
@@ -410,19 +414,27 @@ def _signature_summary(m: Match, conf: Optional[Confirmation]) -> str:
     return text + words.get(conf.verdict, ", could not be checked here")
 
 
-def _smoke_md(smoke: Smoke, snap: Snapshot) -> List[str]:
+def _smoke_md(smoke: Smoke, snap: Snapshot, result: Result) -> List[str]:
+    """The step table `gpudoctor smoke` prints (one row a step: ✓/✗, verdict, what was measured), then
+    the raw facts folded away for whoever debugs the server (issue 31: the section was the facts table)."""
+    from gpudoctor.render.smoke import GLYPHS, rows as smoke_rows
+
     if not smoke.requested:
         return ["Not run (`gpudoctor report --url URL` runs it against a server).", ""]
     if smoke.status != "ok":
         return [plain_paragraph(smoke.note or smoke.status), ""]
+    steps = [[GLYPHS[row["verdict"]][0], plain(row["check"]), plain(row["verdict"]), plain(_clip(str(row["measured"] or ""), 200)),
+              code(row["rule"])] for row in smoke_rows(result)]
+    out = [f"Against {code(smoke.url)}:", ""]
+    out += table(["", "step", "verdict", "measured", "rule"], steps) if steps else ["(no step was judged)"]
     paths = sorted((p for p in snap.facts if p.startswith(("server.", "smoke."))), key=natural_key)
-    rows = []
+    facts = []
     for p in paths:
         fact = snap.get(p)
         shown = _value(snap, p) if fact.ok else (fact.detail or "")
-        rows.append([code(p), code(fact.status), code(shown)])
-    out = [f"Against {code(smoke.url)}:", ""]
-    out += table(["fact", "status", "value"], rows) if rows else ["(no server facts)"]
+        facts.append([code(p), code(fact.status), code(shown)])
+    if facts:
+        out += ["", "<details><summary>the server facts</summary>", ""] + table(["fact", "status", "value"], facts) + ["", "</details>"]
     return out + [""]
 
 

@@ -30,6 +30,18 @@ WARNING = "warning"
 INFO = "info"
 SEVERITY_RANK = {INFO: 0, WARNING: 1, ERROR: 2}
 
+# The one severity policy (issue 31): what each severity means, said by `gpudoctor rules` and
+# `gpudoctor explain ID`, and held by tests/test_severity_policy.py. A rule's catalogue severity is
+# its usual one; a finding takes another only where the rule's "## Severity" section says when.
+SEVERITY_POLICY: Dict[str, str] = {
+    ERROR: "the server will not start, will crash, or will give wrong results as set up: it blocks (exit 1)",
+    WARNING: "it starts, but something is degraded, fragile, or likely to fail later, or a failure that cannot be "
+             "confirmed here: it does not block unless --fail-on warning",
+    INFO: "worth knowing; nothing to fix now",
+}
+SEVERITY_NOTE = ("A rule's severity is its usual one; a finding takes another only where the rule's docs say when "
+                 "(## Severity in `gpudoctor explain ID`).")
+
 # Areas in display order: (key, title). The hundreds digit of a rule ID names its area.
 AREAS: Tuple[Tuple[str, str], ...] = (
     ("internal", "gpudoctor"),
@@ -91,6 +103,7 @@ class Fail:
     fix: Optional[Fix] = None
     subject: str = ""  # e.g. "GPU 1"; lets one rule report each GPU separately
     severity: Optional[str] = None  # override the rule's default (rarely)
+    cause: str = ""  # a key shared by the findings of one cause: shown as one (engine.fold)
 
 
 @dataclass
@@ -216,9 +229,16 @@ class Finding:
     evidence: List[Evidence]
     fix: Optional[Fix]
     subject: str = ""
+    cause: str = ""  # see Fail.cause
+    also: List[str] = field(default_factory=list)  # the findings of the same cause folded into this one
+
+    @property
+    def label(self) -> str:
+        """``GD503 requirement-not-satisfied [torch]``: how a folded finding is named."""
+        return f"{self.rule_id} {self.name}" + (f" [{self.subject}]" if self.subject else "")
 
     def to_json(self) -> Dict[str, Any]:
-        return {
+        out: Dict[str, Any] = {
             "id": self.rule_id,
             "name": self.name,
             "severity": self.severity,
@@ -229,6 +249,11 @@ class Finding:
             "evidence": [item.to_json() for item in self.evidence],
             "fix": self.fix.to_json() if self.fix else None,
         }
+        if self.cause:
+            out["cause"] = self.cause
+        if self.also:
+            out["same_cause"] = list(self.also)
+        return out
 
 
 @dataclass

@@ -9,7 +9,8 @@ its name here.
 import importlib
 
 MODULES = (
-    "internal", "driver", "cuda", "cuda_toolkit", "gpu", "fabric", "fabric_deep", "fabric_pcie", "host_limits", "flash_attn", "python_stack",
+    "internal", "driver", "cuda", "cuda_toolkit", "gpu", "fabric", "fabric_deep", "fabric_pcie", "host_limits", "flash_attn",
+    "python_stack", "requirements",
     "torch_extensions", "vllm_build", "processes",
     "launch", "server", "server_features", "server_config", "cluster", "cluster_fabric",
 )

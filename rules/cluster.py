@@ -359,6 +359,10 @@ def gpu_models_differ(snap):
     - vLLM docs, docs/serving/parallelism_scaling.md ("container images … hide host
       heterogeneity"; TP = GPUs per node, PP = number of nodes).
     - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
+
+    ## Severity
+    A warning when the nodes' GPU models differ within one compute capability; an error when
+    compute capabilities differ (one build of the kernels may not run on every node).
     """
     found, outcome = _gpu_groups(snap, lambda k: tuple(sorted(set(k))))
     if outcome:

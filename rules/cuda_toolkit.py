@@ -122,6 +122,11 @@ def toolkit_newer_than_driver(snap):
     ## References
     - https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html
     - https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html
+
+    ## Severity
+    A warning when only the toolkit's minor version is newer than the driver's (minor-version
+    compatibility runs most code); an error for a newer major CUDA, which this driver cannot run
+    at all.
     """
     toolkit = _home_version(snap)
     driver_cuda = _cuda_tuple(snap.value("driver.cuda_max"))
@@ -338,6 +343,10 @@ def ld_library_path_shadows(snap):
       https://github.com/pytorch/pytorch/issues/140797;
       https://github.com/infiniflow/ragflow/issues/4466 (ldd shows libnvJitLink.so.12 resolved
       from /usr/local/cuda-12.1/lib64 through LD_LIBRARY_PATH).
+
+    ## Severity
+    A warning when LD_LIBRARY_PATH puts another copy of a CUDA library first; an error when that
+    copy is older than the one the wheel was built with (its symbols are missing at load).
     """
     dists = snap.value("packages.dists") or {}
     fails = []

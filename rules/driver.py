@@ -114,6 +114,11 @@ def no_driver(snap):
     - vLLM "Failed to infer device type": https://github.com/vllm-project/vllm/issues/12847,
       https://github.com/vllm-project/vllm/issues/13865.
     - https://docs.nvidia.com/deploy/nvml-api/api/group__nvmlInitializationAndCleanup.html
+
+    ## Severity
+    An error when no driver answers on a machine that should have GPUs; a warning when the GPUs
+    were read anyway (through nvidia-smi) and only gpudoctor's own NVML binding is missing or
+    shadowed: the server is not affected.
     """
     if "driver.nvml" not in snap.facts:
         # The GPU probe crashed or timed out before NVML answered (GD001 reports that):
@@ -221,6 +226,11 @@ def driver_too_old_for_torch(snap):
       https://github.com/vllm-project/vllm/issues/31700.
     - https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html
     - https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html
+
+    ## Severity
+    An error when the driver is older than the minimum of torch's CUDA major (no kernel runs); a
+    warning when it is only older than that CUDA release's own driver: torch runs through minor-
+    version compatibility and only kernels shipped as newer PTX fail.
     """
     driver = snap.value("driver.version")
     torch_cuda = str(snap.value("torch.cuda"))

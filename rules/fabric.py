@@ -277,6 +277,10 @@ def nccl_socket_ifname_missing(snap):
     - https://github.com/NVIDIA/nccl/issues/1837 (a name that matches no interface: NCCL fails at
       init), https://github.com/marin-community/marin/issues/6940 ("Bootstrap : no socket
       interface found").
+
+    ## Severity
+    An error with two or more GPUs (NCCL starts, and fails); a warning with one GPU, where a
+    single-rank server may never start NCCL.
     """
     spec = _env(snap).get("NCCL_SOCKET_IFNAME")
     if spec is None:

@@ -124,6 +124,11 @@ def nccl_allreduce_failed(snap):
     - NCCL environment variables (NCCL_DEBUG, NCCL_P2P_LEVEL):
       https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html
     - nccl-tests' bus bandwidth: https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md
+
+    ## Severity
+    An error when the all-reduce fails, hangs or returns a wrong sum (multi-GPU serving fails or
+    corrupts); a warning when it works but NCCL went around P2P that NVML reports (it runs
+    slower than it could).
     """
     value = _deep_fact(snap, NCCL)
     if not isinstance(value, dict):

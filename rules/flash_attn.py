@@ -532,6 +532,11 @@ def flash_attn_source_build_not_ready(snap):
     ## References
     - flash-attention README.
     - https://github.com/Dao-AILab/flash-attention#installation-and-features
+
+    ## Severity
+    An error when the build cannot succeed (no nvcc, an nvcc the build refuses or of another
+    CUDA than torch's, FLASH_ATTN_CUDA_ARCHS leaving out this GPU); a warning for what only
+    makes it slow or fragile (no ninja, MAX_JOBS for the memory there is).
     """
     if not variants(snap):
         return NotApplicable("no flash-attn distribution is installed")

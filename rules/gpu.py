@@ -44,6 +44,11 @@ def mixed_gpus(snap):
     - CUDA C++ Programming Guide, "CUDA Environment Variables" (CUDA_DEVICE_ORDER:
       FASTEST_FIRST by default, PCI_BUS_ID).
     - https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-variables.html
+
+    ## Severity
+    A warning for different models of one compute capability (a TP group runs at the slowest
+    one's speed and memory); an error across compute capabilities (kernels built for one may not
+    run on the other).
     """
     visible = visible_gpus(snap)
     if len(visible) < 2:

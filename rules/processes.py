@@ -129,6 +129,11 @@ def serving_port_in_use(snap):
 
     ## References
     - https://man7.org/linux/man-pages/man5/proc.5.html
+
+    ## Severity
+    An error when a stale serving process (GD601) holds the port; a warning when another
+    process, or one not visible here, holds it; info when a running server holds it (probably
+    the one you mean).
     """
     data = snap.value("processes.port") or {}
     port = data.get("port")

@@ -268,84 +268,6 @@ def _pin(requirement: str) -> str:
     return requirement.split(";")[0].strip()
 
 
-@rule("GD503", "requirement-not-satisfied", severity=ERROR, area="vllm",
-      requires=("packages.stack", "packages.dists", "python.marker_env"))
-def requirement_not_satisfied(snap):
-    """A package of the inference stack requires a version that is not installed.
-
-    ## Why
-    vLLM pins torch exactly (vLLM 0.20–0.26: `torch==2.11.0`, 0.27–0.32: `torch==2.13.0`),
-    torchvision/torchaudio pin torch, torch pins its nvidia-* CUDA wheels, and vLLM's `_C`
-    and flash-attn's extension are compiled against one torch's C++ API. Installing another
-    torch afterwards (a `pip install` of something that pulls torch, or a manual upgrade)
-    leaves a stack that imports with "undefined symbol: _ZN3c10…" or misbehaves. This is
-    `pip check` limited to the stack (torch, torchvision, torchaudio, vllm, sglang,
-    sglang-kernel, flashinfer, flash-attn*, xformers, triton, transformers; SGLang pins torch
-    and sglang-kernel exactly, as vLLM does), evaluated with the target interpreter's
-    markers; requirements of extras are not checked. vLLM's own pins on torch and the
-    kernel packages are reported by GD510, not here, so that they come once.
-
-    ## Fix
-    Install what the requirement asks for, e.g. `python -m pip install 'torch==2.11.0'`,
-    or reinstall the package that pins it so that pip resolves them together.
-
-    ## References
-    - https://github.com/vllm-project/vllm/issues/13608,
-      https://github.com/vllm-project/vllm/issues/5501;
-      https://github.com/Dao-AILab/flash-attention/issues/1832.
-    - PEP 508 (requirement and marker syntax), `packaging` for the evaluation.
-    - https://peps.python.org/pep-0508/
-    """
-    unmet = unmet_requirements(snap)
-    stack = snap.value("packages.stack") or {}
-    removed = _removed_by_other_rules(snap)
-    fails = []
-    for owner, items in sorted(unmet.items()):
-        if dist_key(owner) in removed:
-            continue  # GD401 says to uninstall it: installing its dependencies would be a second, opposite fix
-        if owner == "vllm":  # vLLM's binary pins (torch, flashinfer, …) are GD510's: reported once, there
-            items = [item for item in items if not BINARY_BOUND.match(item["name"])]
-            if not items:
-                continue
-        owner_version = (stack.get(owner) or {}).get("version", "?")
-        parts = []
-        for item in items:
-            if item["installed"] is None:
-                parts.append(f"{_pin(item['requirement'])} (not installed)")
-            else:
-                parts.append(f"{_pin(item['requirement'])}, {item['installed']} is installed")
-        binary = any(BINARY_BOUND.match(item["name"]) for item in items)
-        pins = " ".join(shlex.quote(_pin(item["requirement"])) for item in items)
-        fails.append(
-            Fail(
-                f"{owner} {owner_version} requires " + "; ".join(parts),
-                [(f"packages.stack.{owner}.requires", [item["requirement"] for item in items])]
-                + [(f"packages.dists.{item['name']}", item["installed"]) for item in items],
-                Fix(
-                    f"Install what {owner} {owner_version} was built for (or reinstall {owner} so pip resolves both).",
-                    [f"{_py(snap)} -m pip install {pins}",
-                     f"{_py(snap)} -m pip install --force-reinstall {shlex.quote(owner + '==' + str(owner_version))}  # instead: let pip pick matching versions"],
-                ),
-                subject=owner,
-                severity=ERROR if binary else WARNING,
-            )
-        )
-    return fails
-
-
-def _removed_by_other_rules(snap) -> set:
-    """Distributions GD401 tells the user to uninstall (flash-attn-4 on an A100 …)."""
-    from .flash_attn import flash_attn_variant_unsupported_gpu
-
-    try:
-        raw = flash_attn_variant_unsupported_gpu(snap)
-    except Exception:  # that rule reports its own trouble
-        return set()
-    fails = raw if isinstance(raw, list) else [raw] if isinstance(raw, Fail) else []
-    return {dist_key(str(f.subject).split(" / ")[0]) for f in fails
-            if f.subject and any("pip uninstall" in c for c in f.fix.commands)}
-
-
 @rule("GD504", "duplicate-distribution", severity=WARNING, area="vllm", requires=("packages.duplicates",))
 def duplicate_distribution(snap):
     """The same distribution is installed twice on the import path.
@@ -370,6 +292,10 @@ def duplicate_distribution(snap):
       project); PEP 376.
     - https://packaging.python.org/specifications/recording-installed-packages/
     - https://peps.python.org/pep-0376/
+
+    ## Severity
+    An error when a package of the inference stack is installed twice in different versions
+    (what runs is not what pip reports); a warning for identical copies and for other packages.
     """
     fails = []
     stack_names = set((snap.value("packages.stack") or {}).keys())

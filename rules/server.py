@@ -345,6 +345,12 @@ def chat_answer_broken(snap):
     - OpenAI Chat Completions response object (`choices[].finish_reason`, `usage`).
     - https://platform.openai.com/docs/api-reference/chat
     - https://docs.vllm.ai/en/v0.11.2/features/reasoning_outputs/
+
+    ## Severity
+    An error when the server answers with nothing usable (no content and no reasoning, every
+    token spent on reasoning, degenerate text); a warning when the answer is there but misses
+    the request or lacks a field clients read; info when only the code the model wrote is wrong
+    (the model's mistake, not the server's).
     """
     fact, skip = _step(snap, "server.chat")
     if skip:

@@ -237,6 +237,11 @@ def long_context_fails(snap):
 
     ## References
     - vLLM docs, Engine arguments (`--max-model-len`, `--gpu-memory-utilization`): https://docs.vllm.ai/en/latest/configuration/engine_args.html
+
+    ## Severity
+    An error when the long request fails (an error, a timeout, a cut stream); a warning when it
+    answers but lost the code word from the first line (the model's RoPE setting, not the
+    server, may be at fault).
     """
     if "server.url" not in snap.facts or "server.long_context" not in snap.facts:
         return NotApplicable("not run (pass --long)")

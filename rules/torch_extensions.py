@@ -9,8 +9,10 @@ from typing import Any, Dict, List, Optional
 
 from gpudoctor.knowledge.cxx_symbols import abi_hint, readable
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
+from gpudoctor.snapshot import dist_key
 
 from .driver import version_tuple
+from .requirements import cause_of
 
 # The engines gpudoctor serves: their torch pin is the torch to have, not something to move off.
 ENGINES = ("vllm", "sglang")
@@ -183,6 +185,25 @@ def describe(snap, entry: Dict[str, Any]) -> List[str]:
     return reasons
 
 
+def _file_line(entry: Dict[str, Any]) -> str:
+    """One extension as evidence people read: ``vllm/_C.abi3.so: needs libtorch_cuda.so; 3 missing
+    torch symbols`` (the whole entry, its DT_NEEDED list and scan statistics, stay in the JSON)."""
+    path = str(entry.get("path"))
+    package = str(entry.get("package") or "")
+    marker = f"/{package}/" if package else ""
+    shown = path[path.rfind(marker) + 1:] if marker and marker in path else os.path.basename(path)
+    said = []
+    unresolved = [str(n) for n in entry.get("unresolved") or []]
+    if unresolved:
+        said.append("needs " + ", ".join(unresolved))
+    symbols = entry.get("symbols") or {}
+    count = symbols.get("missing_count") or 0
+    if count:
+        first = [str(m) for m in symbols.get("missing") or []][:1]
+        said.append(f"{count} missing torch symbol(s)" + (f", e.g. {readable(first[0])}" if first else ""))
+    return f"{shown}: {'; '.join(said)}" if said else shown
+
+
 def loads(snap) -> Dict[str, Dict[str, Any]]:
     """What --deep saw loading each torch extension after import torch (probes/deep_ext.py), by path."""
     value = snap.value("torch.extensions_load")
@@ -224,7 +245,9 @@ def extension_built_for_other_torch(snap):
     bundle of one build per torch release (file names tagged torch24 … torch29 in one directory)
     is judged by the file for the installed torch only: the package loads that one.
     `--deep` loads each of them (at most 16, the broken first) in a child interpreter right after
-    `import torch` and quotes the loader's words; one that loads after all is a warning.
+    `import torch` and quotes the loader's words; one that loads after all is a warning. An engine
+    installed without its requirements (`pip install --no-deps`) beside a torch other than the one
+    it pins is one cause with GD503 and GD510: this rule then says what they say.
 
     ## Fix
     The release of that distribution built for the installed torch (pip picks it when asked for
@@ -268,6 +291,11 @@ def extension_built_for_other_torch(snap):
     cpu_torch = snap.value("torch.cuda") is None
     fails = []
     for dist, entries in sorted(by_dist.items()):
+        cause = cause_of(snap, dist_key(dist))
+        if cause is not None and cause.fail is not None and cause.torch_unmet and dist_key(dist) == cause.root \
+                and not loaded:
+            fails.append(cause.fail)  # the engine's torch pin unmet, pip never finished: one cause (rules/requirements.py)
+            continue
         first = entries[0]
         reasons = describe(snap, first)
         for entry in entries[1:3]:  # its other files: how much, not the same symbols again
@@ -299,7 +327,8 @@ def extension_built_for_other_torch(snap):
         fails.append(Fail(
             f"{label} will not load with torch {torch}: " + "; ".join(reasons) + more
             + (f". Built for: {'; '.join(said)}" if said else ""),
-            ["torch.extensions", "torch.version", "torch.cxx11_abi"] + (["torch.extensions_load"] if load else []),
+            [("files that will not load", [_file_line(e) for e in entries]), "torch.version", "torch.cxx11_abi"]
+            + (["torch.extensions_load"] if load else []),
             _fix(snap, str(owner) if owner else None, first, cuda_over_cpu),
             subject=dist, severity=severity))
     if fails:

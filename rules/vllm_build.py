@@ -16,6 +16,7 @@ from typing import Any, Dict
 from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 
 from .python_stack import BINARY_BOUND, TORCH_FAMILY, _pin, torch_install_command, torch_is_cpu_only, unmet_requirements
+from .requirements import cause_of
 
 # Attention settings moved from environment variables to flags by PR #26315 ("Backwards
 # compatibility is maintained with warnings for removal in v0.14"); PR #32812 (merged
@@ -125,7 +126,9 @@ def vllm_pins_not_met(snap):
     that upgraded it, a manual downgrade — makes `import vllm._C` fail with "undefined symbol"
     ("Failed to import from vllm._C with ImportError(...)"), or worse, load and misbehave.
     This rule owns vLLM's binary pins (GD503 reports the rest of its requirements); `--deep`
-    confirms by loading vLLM's extensions (as found on disk) in a child interpreter.
+    confirms by loading vLLM's extensions (as found on disk) in a child interpreter. When pip
+    never installed some of vLLM's requirements (`--no-deps`), its pins are part of that one
+    cause and this rule says what GD503 says (one finding, one fix).
 
     ## Fix
     Install exactly what vLLM pins (`python -m pip install torch==X torchvision==Y
@@ -148,6 +151,9 @@ def vllm_pins_not_met(snap):
     failed = next((i for i in errors if i.get("undefined_symbol")), errors[0] if errors else None)
     if not items and not (failed and failed.get("undefined_symbol")):
         return None
+    cause = cause_of(snap, "vllm")
+    if cause is not None and cause.fail is not None and items and not failed:
+        return cause.fail  # vLLM installed without its requirements: one statement with GD503's (rules/requirements.py)
     info = build(snap)
     version = entry.get("version")
     py = _py(snap)

@@ -14,7 +14,7 @@ STALE = str(SNAPSHOTS / "h200-stale-engine.json")  # GD601 error, GD302 warning,
 
 
 def gd(*args):
-    environ = dict(os.environ, PYTHONIOENCODING="utf-8", PYTHONPATH=str(REPO))
+    environ = dict(os.environ, PYTHONIOENCODING="utf-8", PYTHONPATH=str(REPO), GPUDOCTOR_HUB="0")  # never the real Hub
     proc = subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, encoding="utf-8",
                           env=environ, cwd=str(REPO), stdin=subprocess.DEVNULL, timeout=120)
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr

@@ -288,6 +288,8 @@ def test_rules_lists_every_rule():
     assert proc.returncode == 0
     lines = proc.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines] == ALL_IDS
+    policy = proc.stderr.split("Severity:\n", 1)[1]  # the severity policy (issue 31), beside the catalogue
+    assert [line.split()[0] for line in policy.splitlines()[:3]] == ["error", "warning", "info"]
     for meta, line in zip(CATALOGUE, lines):
         assert meta.name in line and meta.title in line
 

@@ -16,7 +16,7 @@ STALE = str(REPO / "tests" / "fixtures" / "snapshots" / "h200-stale-engine.json"
 
 def gd(*args, encoding="utf-8", pre=None, cwd=None):
     environ = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM", "FORCE_COLOR")}
-    environ.update(PYTHONIOENCODING=encoding, PYTHONPATH=str(REPO))
+    environ.update(PYTHONIOENCODING=encoding, PYTHONPATH=str(REPO), GPUDOCTOR_HUB="0")  # never the real Hub
     code = (pre or "") + "\nimport sys\nfrom gpudoctor.cli import main\nsys.exit(main())"
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, env=environ, cwd=str(cwd or REPO),
                           stdin=subprocess.DEVNULL, timeout=120)

@@ -189,3 +189,17 @@ def test_asks_in_a_terminal_and_respects_no(tmp_path, spawner):
     out = _fix_in_a_terminal(root, b"y\n")
     assert f"done: stop PID {orphan['pid']}" in out and gone(orphan["pid"])
     assert "re-check: clean" in out
+
+
+def test_the_last_line_says_what_to_do_next():
+    """Issue 31: `fix` ended on "1 other process finding(s) need a manual fix" without naming it."""
+    from types import SimpleNamespace
+
+    from gpudoctor.commands.fix import _next_step
+
+    stale = SimpleNamespace(rule_id="GD604", label="GD604 stale-process [PID 7]")
+    assert _next_step(set(), [], False, []).startswith("next: nothing for `fix` to do")
+    assert _next_step({"a"}, [], False, []) == "next: nothing left for `fix`; run `gpudoctor check` to confirm."
+    assert "`gpudoctor fix` again" in _next_step({"a"}, ["p"], False, [])
+    assert "refused or FAILED" in _next_step({"a"}, [], True, [stale])
+    assert "by hand (`gpudoctor explain GD604`" in _next_step({"a"}, [], False, [stale])

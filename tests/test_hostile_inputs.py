@@ -36,7 +36,7 @@ H200 = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"
 
 
 def gd(*args, env=None, timeout=60):
-    environ = dict(os.environ, PYTHONIOENCODING="utf-8", **(env or {}))
+    environ = dict(os.environ, PYTHONIOENCODING="utf-8", GPUDOCTOR_HUB="0", **(env or {}))  # never the real Hub
     proc = subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True,
                           encoding="utf-8", errors="replace", env=environ, cwd=str(REPO),
                           stdin=subprocess.DEVNULL, timeout=timeout)

@@ -111,7 +111,7 @@ def test_holds_decides_switches_and_leaves_the_rest_open():
 
 def gd701(tree, *flags):
     rules = registry.select(registry.load_rules(), ["GD701"])
-    _, facts, _ = probe.inspect([tree["vllm"], "serve", "m", *flags], environ={"PATH": ""}, own_paths=None, timeout=10.0)
+    _, facts, _ = probe.inspect([tree["vllm"], "serve", "m", *flags], environ={"PATH": "", "GPUDOCTOR_HUB": "0"}, own_paths=None, timeout=10.0)
     result = run_rules(Snapshot(dict(facts)), rules)
     return [o for o in result.outcomes if o.rule.id == "GD701"][0], [f for f in result.findings if f.rule_id == "GD701"]
 

@@ -30,6 +30,7 @@ def env(**extra):
     out = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM", "FORCE_COLOR")}
     out["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     out["PYTHONIOENCODING"] = "utf-8"
+    out["GPUDOCTOR_HUB"] = "0"  # never the real Hub
     out.update(extra)
     return out
 

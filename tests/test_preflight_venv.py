@@ -4,6 +4,7 @@ gpudoctor's own environment has no vLLM, so the finding can only come from that 
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,8 @@ def venv(tmp_path_factory):
 
 def _preflight(*argv):
     out, err = io.StringIO(), io.StringIO()
-    code = cli.main(["preflight", "--format", "json", "--select", "GD510", *argv], stdout=out, stderr=err)
+    code = cli.main(["preflight", "--format", "json", "--select", "GD510", *argv], stdout=out, stderr=err,
+                    environ=dict(os.environ, GPUDOCTOR_HUB="0"))  # the real Hub never: tests talk to 127.0.0.1 only
     assert "Traceback" not in err.getvalue(), err.getvalue()
     return code, json.loads(out.getvalue())
 
@@ -74,5 +76,5 @@ def test_python_dash_m_form_reads_that_venvs_vllm(venv):
     """`VENV/bin/python -m vllm.entrypoints.cli.main serve …`: its vLLM (not gpudoctor's own) is the one read,
     although the venv's python is a symlink to the same base interpreter as gpudoctor's."""
     argv = [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.cli.main", "serve", "m"]
-    _, facts, _ = probe.inspect(argv, environ={"PATH": ""}, own_paths=list(sys.path))
+    _, facts, _ = probe.inspect(argv, environ={"PATH": "", "GPUDOCTOR_HUB": "0"}, own_paths=list(sys.path))
     assert facts["launch.vllm"].ok and facts["launch.vllm"].value["version"] == "0.33.0"

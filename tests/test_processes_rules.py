@@ -131,6 +131,8 @@ def test_fix_yes_stops_them_and_the_recheck_is_clean(tmp_path, spawner):
     else:
         assert not os.path.exists(left) and not os.path.exists(mapped)
         assert "re-check: clean" in out
+    last = out.strip().splitlines()[-1]  # issue 31: the last line says what to do next
+    assert last.startswith("next: ") and (("refused" in last) if private else ("nothing left for `fix`" in last)), last
     assert ("running as root" in err) == (os.geteuid() == 0)
     code, doc = check(root, port)
     assert findings(doc, "GD602") == [] and (private or findings(doc, "GD603") == [])

@@ -104,6 +104,24 @@ def test_evidence_dicts_are_key_value_lists_and_never_cut_before_the_deciding_fi
     assert "{" not in text and "'" not in text
 
 
+def test_evidence_dicts_leave_out_what_no_one_reads():
+    """The H200 box's cuda.home (issue 31: "cuda.home = path=…, nvcc_version_source=…, env={}")."""
+    home = {"path": "/usr/local", "realpath": "/usr/local", "nvcc": "/usr/local/bin/nvcc", "nvcc_version": "13.0",
+            "nvcc_version_source": "nvcc --version", "nvcc_full": "13.0.88", "version": "13.0.88",
+            "version_source": "nvcc --version", "headers": False, "source": "nvcc on PATH", "exists": True, "env": {}}
+    assert show("cuda.home", home) == ("path=/usr/local, nvcc=/usr/local/bin/nvcc, nvcc_version=13.0, nvcc_full=13.0.88, "
+                                       "version=13.0.88, headers=no, source=nvcc on PATH, exists=yes")
+    assert show("x", {"path": "/a", "realpath": "/b", "installed": None, "dev": []}) == "path=/a, realpath=/b, installed=none, dev=[]"
+
+
+def test_evidence_wraps_between_words_never_inside_one():
+    text = "torch 2.13.0+cpu is installed where vllm requires torch==2.14.0 and its kernels need libtorch_cuda.so"
+    lines = wrap(text, 40)
+    assert all(len(line) <= 40 for line in lines) and " ".join(lines) == text
+    path = "/root/.cache/gpudoctor-tests/venvs/vllm0.33.0-torch2.13.0-70563c5b4357cab2/lib/python3.11/site-packages/torch"
+    assert "".join(wrap(path, 50)) == path and all(line.endswith("/") for line in wrap(path, 50)[:-1])
+
+
 def test_evidence_bytes_in_mib_and_gib():
     assert show("gpu.0.memory_used", 4322623488) == "4.0 GiB"
     assert show("gpu.0.memory_total", 150754820096) == "140.4 GiB"

@@ -13,7 +13,7 @@ H200 = str(SNAPSHOTS / "h200.json")
 
 def gd(*args, env=None):
     proc = subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, encoding="utf-8",
-                          env=dict(os.environ, PYTHONIOENCODING="utf-8", **(env or {})), cwd=str(REPO), timeout=120)
+                          env=dict(os.environ, PYTHONIOENCODING="utf-8", GPUDOCTOR_HUB="0", **(env or {})), cwd=str(REPO), timeout=120)
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     return proc
 

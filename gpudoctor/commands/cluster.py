@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-from gpudoctor.commands.common import IO, SnapshotFiles, UsageError, stream_is_unicode, use_color
+from gpudoctor.commands.common import IO, SnapshotFiles, Status, UsageError, stream_is_unicode, use_color
 from gpudoctor.exitcodes import FAIL_ON_CHOICES
 
 EPILOG = (
@@ -68,11 +68,15 @@ def run(args, io: IO) -> int:
             raise UsageError(f"--timeout must be a number of seconds between 0 and {MAX_TIMEOUT:g}")
         from gpudoctor.probes.ray import ClusterError, gather_ray
 
+        status = Status(io.stderr, io.environ)
+        status.say(f"gpudoctor: asking every node of the Ray cluster at {request.address or 'auto'} … (up to {request.timeout:g} s a node)")
         try:
             snapshot = gather_ray(request.address, request.timeout, port=request.port, python=request.python, plan=sizes,
                                   environ=io.environ)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
+        finally:
+            status.clear()
     return report(snapshot, rules, request, io)
 
 

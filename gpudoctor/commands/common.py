@@ -13,6 +13,39 @@ from gpudoctor import __version__
 MAX_TIMEOUT = 86400.0  # a day; thread.join cannot wait for inf (OverflowError)
 
 
+class Status:
+    """One line on a terminal's stderr that says what a slow step is doing (the probes under --deep,
+    a report's smoke check, asking a cluster's nodes), rewritten in place and cleared when it is done;
+    nothing at all on a pipe, a file or ``TERM=dumb`` (CI logs and ``2>file`` stay clean). Issue 31:
+    ``report --url … -o r.md`` printed nothing for over 25 s of a 95 s run."""
+
+    def __init__(self, stream, environ) -> None:
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)()) and environ.get("TERM") != "dumb"
+        self.shown = False
+
+    def say(self, text: str) -> None:
+        if not self.tty:
+            return
+        from gpudoctor.redact import redact
+
+        try:
+            self.stream.write("\r\x1b[K" + redact(text)[:160])
+            self.stream.flush()
+            self.shown = True
+        except (OSError, ValueError):
+            pass  # a closed stderr must not stop the work
+
+    def clear(self) -> None:
+        if self.tty and self.shown:
+            try:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+            self.shown = False
+
+
 class UsageError(Exception):
     """Bad input from the user: one line on stderr, exit 2."""
 
@@ -45,7 +78,7 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
                              '2xH100-80GB, 8xA100-40GB, "A100 80GB" (kernels, arch lists, TP/PP, memory fit)')
 
 
-def probe(request, io: IO, meanwhile=None, overlay=None, command_env=None):
+def probe(request, io: IO, meanwhile=None, overlay=None, command_env=None, announce: bool = False):
     """Run the probes on this machine (under request.root) and return the Snapshot.
 
     ``meanwhile`` runs while the probe threads work (loading the rules overlaps NVML's
@@ -73,27 +106,34 @@ def probe(request, io: IO, meanwhile=None, overlay=None, command_env=None):
 
     ctx = Context(root=request.root, environ=io.environ, timeout=request.timeout, port=8000 if request.port is None else request.port,
                   python=python, deep=request.deep, deadline=runner.work_deadline(request.timeout))
+    status = Status(io.stderr, io.environ)
+    if request.deep or announce:  # the plain probes take a fraction of a second: no line for them
+        status.say(f"gpudoctor: probing this machine{' (--deep: loading the stack in a child interpreter)' if request.deep else ''}"
+                   f" … (up to {request.timeout:g} s)")
     running = start(ctx)
     if meanwhile is not None:
         meanwhile()
-    snapshot = running.finish()
-    snapshot.meta["gpudoctor"] = __version__
-    if gpu is not None:
-        from gpudoctor.gpu_table import override_snapshot
+    try:
+        snapshot = running.finish()
+        snapshot.meta["gpudoctor"] = __version__
+        if gpu is not None:
+            from gpudoctor.gpu_table import override_snapshot
 
-        override_snapshot(snapshot, gpu, request.gpu)
-    if overlay is not None:
-        overlay(snapshot)
-    if ctx.deep:  # now that the GPUs to judge are known: load what lacks code for them (in a child)
-        if command_env:
-            ctx.environ = {**ctx.environ, **command_env}
-        from gpudoctor.probes import deep_ext, deep_fabric, deep_load, merge
+            override_snapshot(snapshot, gpu, request.gpu)
+        if overlay is not None:
+            overlay(snapshot)
+        if ctx.deep:  # now that the GPUs to judge are known: load what lacks code for them (in a child)
+            if command_env:
+                ctx.environ = {**ctx.environ, **command_env}
+            from gpudoctor.probes import deep_ext, deep_fabric, deep_load, merge
 
-        ctx.deadline = runner.work_deadline(request.timeout)  # what the probes left of the one deadline
-        between = deep_fabric.start(snapshot, ctx)  # P2P and NCCL run on the GPUs while the loads run
-        merge(snapshot, deep_load.load(snapshot, ctx))
-        merge(snapshot, deep_ext.load(snapshot, ctx))  # every torch extension, after import torch
-        merge(snapshot, deep_fabric.load(snapshot, ctx, between))
+            ctx.deadline = runner.work_deadline(request.timeout)  # what the probes left of the one deadline
+            between = deep_fabric.start(snapshot, ctx)  # P2P and NCCL run on the GPUs while the loads run
+            merge(snapshot, deep_load.load(snapshot, ctx))
+            merge(snapshot, deep_ext.load(snapshot, ctx))  # every torch extension, after import torch
+            merge(snapshot, deep_fabric.load(snapshot, ctx, between))
+    finally:
+        status.clear()
     if request.verbose:
         for text in ctx.debug:
             io.stderr.write(text + "\n")

@@ -132,7 +132,10 @@ def _lookup(target: str, args, io: IO):
             doc = dict(meta.to_json(), schema_version=SCHEMA_VERSION, kind="gpudoctor.rule", doc=meta.doc)
             io.stdout.write(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
         else:
-            io.stdout.write(f"{meta.id} {meta.name} ({meta.severity}, area {meta.area})\n\n{meta.doc}\n")
+            from gpudoctor.rule import SEVERITY_POLICY
+
+            io.stdout.write(f"{meta.id} {meta.name} ({meta.severity}, area {meta.area})\n\n{meta.doc}\n\n"
+                            f"Severity {meta.severity}: {SEVERITY_POLICY.get(meta.severity, '')}.\n")
         return ExitCode.OK
     sig = explain.find_signature(target)
     if sig is not None:

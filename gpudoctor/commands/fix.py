@@ -126,8 +126,32 @@ def run(args, io: IO) -> int:
             say(f"  - {item.action.describe()}   [{', '.join(item.rules)}]")
     manual = [f for f in result.findings if f.area == "processes" and not (f.fix and f.fix.actions)]
     if manual:
-        say(f"{len(manual)} other process finding(s) need a manual fix: see `gpudoctor check --select processes`.")
+        say(f"{len(manual)} process finding(s) that `fix` has no action for (they need a hand):")
+        for finding in manual:
+            why = finding.fix.summary if finding.fix else "no fix gpudoctor may apply"
+            say(f"  - {finding.label}: {_clip(finding.message)} — {why}")
+    say(_next_step(attempted, pending, trouble, manual))
     return ExitCode.FINDINGS if pending or trouble else ExitCode.OK
+
+
+def _clip(text: str, limit: int = 140) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _next_step(attempted, pending, trouble: bool, manual) -> str:
+    """The last line: what to do now, and why it needs a hand (issue 31: a clean re-check ended with an
+    unnamed "1 other process finding(s) need a manual fix")."""
+    if trouble:
+        return "next: read the refused or FAILED lines above (they say why); `gpudoctor check` shows what is still wrong."
+    if pending:
+        return (f"next: {len(pending)} action(s) are still pending (a process may still be exiting): "
+                "run `gpudoctor fix` again in a few seconds, or `gpudoctor check` to see them.")
+    if manual:
+        ids = ", ".join(dict.fromkeys(f.rule_id for f in manual))
+        return f"next: fix the {len(manual)} finding(s) above by hand (`gpudoctor explain {ids.split(', ')[0]}` says how); `fix` has no safe action for them."
+    if not attempted:
+        return "next: nothing for `fix` to do; `gpudoctor check` lists every finding and its commands."
+    return "next: nothing left for `fix`; run `gpudoctor check` to confirm."
 
 
 def _verdict(machine, action, allow_system: bool = False):

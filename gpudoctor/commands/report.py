@@ -6,7 +6,7 @@ import json
 import os
 import time
 
-from gpudoctor.commands.common import IO, SnapshotFiles, UsageError, add_probe_options, load_snapshot, probe, write_private
+from gpudoctor.commands.common import IO, SnapshotFiles, Status, UsageError, add_probe_options, load_snapshot, probe, write_private
 from gpudoctor.exitcodes import FAIL_ON_CHOICES
 
 EPILOG = (
@@ -77,13 +77,26 @@ def run(args, io: IO) -> int:
 
         snapshot = files_snapshot(list(request.snapshots), None)
     else:
-        snapshot = load_snapshot(request.snapshot) if request.snapshot else probe(request, io, meanwhile=lambda: _meanwhile(args, smi))
+        snapshot = load_snapshot(request.snapshot) if request.snapshot else probe(request, io, meanwhile=lambda: _meanwhile(args, smi),
+                                                                                  announce=True)
     from gpudoctor.cluster import is_cluster
 
     if is_cluster(snapshot):
         return _cluster_report(snapshot, args, output, io)
     source = f"snapshot {os.path.basename(args.snapshot)}" if args.snapshot else "this machine"
-    smoke = report.run_smoke(args.url, args.smoke_timeout, io.environ, args.api_key_env) if args.url else None
+    smoke = None
+    if args.url:
+        from gpudoctor.commands.smoke import ProgressLine
+
+        status = Status(io.stderr, io.environ)
+        status.say(f"gpudoctor: smoke check against {args.url} … (up to {args.smoke_timeout:g} s a request)")
+        line = ProgressLine(io.stderr, io.environ) if status.tty else None  # each step's live line, on a terminal only
+        try:
+            smoke = report.run_smoke(args.url, args.smoke_timeout, io.environ, args.api_key_env, progress=line)
+        finally:
+            status.clear()
+            if line is not None:
+                line("clear", "")
     redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, secrets=not args.no_redact, environ=io.environ)
     try:
         rep = report.build(

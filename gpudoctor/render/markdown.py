@@ -30,6 +30,8 @@ def finding_lines(finding: Finding, heading: str = "###") -> List[str]:
     out = [f"{heading} {finding.severity.upper()} {finding.rule_id} {finding.name}{subject}", "", finding.message, ""]
     for item in finding.evidence:
         out.append(f"- {code(item.path)} = {code(show(item.path, item.value))}")
+    if finding.also:
+        out += ["", "**Same cause:** " + ", ".join(code(label) for label in finding.also)]
     if finding.fix:
         out += ["", f"**Fix:** {finding.fix.summary}"]
         if finding.fix.commands:

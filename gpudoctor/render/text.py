@@ -29,6 +29,9 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
 
     if not quiet:
         lines.append([(f"gpudoctor {__version__}", "bold"), (f"  {context(result.snapshot)}", "dim")])
+    shown = {}  # rule ID -> its findings as shown: one per cause (engine.fold)
+    for finding in result.findings:
+        shown.setdefault(finding.rule_id, []).append(finding)
     for area in area_order(o.rule.area for o in result.outcomes):
         outcomes = [o for o in result.outcomes if o.rule.area == area]
         if not verbose and all(o.status == NOT_APPLICABLE for o in outcomes):
@@ -46,7 +49,7 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
             ]
         )
         for outcome in outcomes:
-            for finding in sorted(outcome.findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.subject)):
+            for finding in sorted(shown.get(outcome.rule.id, []), key=lambda f: (-SEVERITY_RANK[f.severity], f.subject)):
                 lines.extend(finding_lines(finding, glyphs))
             if verbose and outcome.status == UNKNOWN:
                 lines.append(
@@ -55,22 +58,26 @@ def build(result: Result, fail_on: str, verbose: bool = False, unicode: bool = T
                         (f"unknown: {outcome.reason}", "dim"),
                     ]
                 )
-        if verbose:  # one line per area, not one per rule: "no launch command" 23 times is noise
-            for gap in gates.not_applicable(outcomes):
+        if verbose:  # what passed, each rule (with what it measured, when it says), then not applicable
+            for outcome in outcomes:
+                if outcome.status == PASS:
+                    lines.append([(f"    {glyphs[PASS]} {outcome.rule.id} {outcome.rule.name}", STYLES[PASS]),
+                                  (f": {outcome.reason}" if outcome.reason else "", "dim")])
+            for gap in gates.not_applicable(outcomes):  # one line per area, not one per rule: "no launch command" 23 times is noise
                 lines.append([(f"    {glyphs[NOT_APPLICABLE]} {gap.count} not applicable: ", STYLES[NOT_APPLICABLE]),
-                              (gap.line(limit=4), "dim")])
+                              (gap.line(limit=len(gap.reasons)), "dim")])
     if lines:
         lines.append([])
-    lines.extend(summary_block(result, fail_on, glyphs))
+    lines.extend(summary_block(result, fail_on, glyphs, every=verbose))
     return lines
 
 
-def summary_block(result: Result, fail_on: str, glyphs=UNICODE) -> List[Line]:
+def summary_block(result: Result, fail_on: str, glyphs=UNICODE, every: bool = False) -> List[Line]:
     """The summary line, then the loud notes and the areas not checked (never only under -v)."""
     out: List[Line] = [_summary(result, fail_on)]
     for note in result.notes:
         out.append([(f"{glyphs['warning']} ", STYLES["warning"]), (note, "bold")])
-    for number, text in enumerate(gates.summary_lines(result.outcomes, fail_on)):
+    for number, text in enumerate(gates.summary_lines(result.outcomes, fail_on, every)):
         out.append([(f"{glyphs[UNKNOWN]} " if number == 0 else "", STYLES[UNKNOWN]), (text, "" if number else "bold")])
     return out
 
@@ -111,6 +118,8 @@ def finding_lines(finding, glyphs, show_subject: bool = True) -> List[Line]:
         pieces = wrap(show(item.path, item.value), max(40, 110 - len(label)))
         out.append([(label, "dim"), (pieces[0], "")])
         out.extend([[(" " * len(label), ""), (piece, "")] for piece in pieces[1:]])
+    if finding.also:
+        out.append([("      same cause: ", "bold"), (", ".join(finding.also), "")])
     if finding.fix:
         out.append([("      fix: ", "bold"), (finding.fix.summary, "")])
         for command in finding.fix.commands:

@@ -8,7 +8,7 @@ Shared by the text, Markdown and report renderers.
 from __future__ import annotations
 
 import re
-from typing import Any, List
+from typing import Any, Dict, List
 
 from gpudoctor.redact import shown_value
 
@@ -53,9 +53,10 @@ def render(value: Any, key: str = "", depth: int = 0) -> str:
     if isinstance(value, dict):
         if not value:
             return "{}" if depth else "none"
-        items = [f"{k}={render(shown_value(str(k), v), str(k), depth + 1)}" for k, v in list(value.items())[:KEYS]]
-        if len(value) > KEYS:
-            items.append(f"… {len(value) - KEYS} more")
+        readable = _readable(value)
+        items = [f"{k}={render(shown_value(str(k), v), str(k), depth + 1)}" for k, v in list(readable.items())[:KEYS]]
+        if len(readable) > KEYS:
+            items.append(f"… {len(readable) - KEYS} more")
         text = ", ".join(items)
         return "{" + text + "}" if depth else text
     if isinstance(value, (list, tuple)):
@@ -70,12 +71,27 @@ def render(value: Any, key: str = "", depth: int = 0) -> str:
     return _clip(str(value))
 
 
+def _readable(value: Dict[Any, Any]) -> Dict[Any, Any]:
+    """A fact's dict as people read it: without an empty mapping (``env={}``), the provenance of its
+    other fields (``*_source``) or a ``realpath`` equal to its ``path``. An empty list stays (``dev=[]``
+    is often the evidence itself). The JSON keeps them all."""
+    out = {key: item for key, item in value.items()
+           if not (isinstance(item, dict) and not item) and not str(key).endswith("_source")
+           and not (key == "realpath" and item == value.get("path"))}
+    return out or dict(value)
+
+
 def wrap(text: str, width: int = 100) -> List[str]:
-    """``text`` in lines of at most ``width`` characters, broken after ", " or "; " where it can be."""
+    """``text`` in lines of at most ``width`` characters, broken after ", " or "; " where it can
+    be, else at a space or after a ``/`` (a long path): never inside a word while a break exists."""
     lines: List[str] = []
     while len(text) > width:
         cut = max(text.rfind(", ", 0, width), text.rfind("; ", 0, width))
-        cut = cut + 2 if cut > width // 3 else width
+        if cut > width // 3:
+            cut += 2
+        else:
+            space, slash = text.rfind(" ", 0, width), text.rfind("/", 0, width)
+            cut = space + 1 if space > width // 3 else slash + 1 if slash > width // 3 else width
         lines.append(text[:cut].rstrip())
         text = text[cut:]
     lines.append(text)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Optional, Tuple
 
-from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
+from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Passed, Unknown, rule
 from .common import DTYPE_NAMES, GIB, _applies, _args, _command_with, _config, _gpu_name, _group, _int, _num, _parallel, _spec, gib
 
 # Activations (profiled at max_num_batched_tokens), CUDA graphs and the non-torch memory of a
@@ -399,8 +399,9 @@ def kv_cache_too_small_for_max_model_len(snap):
     gpu = min(plan["gpus"], key=lambda g: g["budget"])
     room = gpu["budget"] - plan["weights_per_gpu"] - plan["drafter_per_gpu"] - plan["overhead"]
     need = _kv_needed(plan, tokens)
-    if need <= room:
-        return None
+    if need <= room:  # the headroom, for -v (issue 31: a user could not see it when the model fits)
+        return Passed(f"estimated: a {tokens}-token request needs about {gib(need)} of KV cache per GPU; about "
+                      f"{gib(room)} is left on GPU {gpu['index']} after the weights ({gib(plan['weights_per_gpu'])})")
     kv = plan["kv"]
     per_token = kv["full"] + (plan["draft_kv"] or {}).get("full", 0)
     fit = int(max(0, room) // per_token) if per_token else 0

@@ -19,6 +19,9 @@ def model_unreadable(snap):
     identifier"); a config.json that is not JSON fails in transformers' config loader; a
     snapshot with missing or truncated shards (an interrupted download) fails while loading
     weights, after minutes of startup, or with "Cannot find any model weights".
+    A Hub model id that is not cached is read from the Hub, as vLLM reads it at startup; when the Hub
+    cannot be reached or refuses (gated, offline), that is not this finding: the checks that need
+    the config are unknown with the reason (the server may well reach the Hub).
 
     ## Fix
     Point at the directory that holds config.json and the weights; re-download a broken
@@ -53,7 +56,7 @@ def model_unreadable(snap):
             ))
             continue
         config = snap.get(f"{prefix}.config")
-        if config.status == "error":
+        if config.status == "error" and info.get("kind") in ("local", "hf_cache"):  # the Hub's trouble is an unknown, not this
             fails.append(Fail(
                 f"{what} {given!r}: {config.detail} ({config.source})",
                 [f"{prefix}.config", f"{prefix}.source"],

@@ -64,6 +64,13 @@ CASES = [
          site(torch(), dist("vllm", "0.20.0", requires=['pywin32; sys_platform == "win32"', "torch==2.11.0"])), "pass"),
     Case("vllm-needs-xgrammar", "GD503", site(torch(), dist("vllm", "0.20.0", requires=["torch==2.11.0", "xgrammar==0.1.21"])),
          "fail", "warning", ("vllm 0.20.0 requires xgrammar==0.1.21 (not installed)",), subject="vllm"),
+    # vLLM 0.33.0's first requirements (its METADATA), none installed: `pip install --no-deps vllm`. One
+    # statement of the cause (GD510 says the same; engine.fold shows them as one), one fix.
+    Case("vllm-installed-with-no-deps", "GD503",
+         site(torch(), dist("vllm", "0.33.0", requires=["regex", "cachetools", "psutil", "numpy", "torch==2.11.0"])),
+         "fail", "error", ("vllm 0.33.0 was installed without its requirements (as `pip install --no-deps` leaves it): "
+                           "4 of its requirements are not installed (regex, cachetools, psutil, numpy)",),
+         subject="vllm", commands=("-m pip install vllm==0.33.0  # keeps this vllm",)),
     # SGLang's exact pins (sglang 0.5.23's METADATA: torch==2.14.1, sglang-kernel==0.4.10): its compiled kernels, an error.
     Case("sglang-on-another-torch-and-kernel", "GD503",
          site(torch(), dist("sglang-kernel", "0.4.9"),

@@ -31,7 +31,7 @@ CASES = [
     Case("extension-with-the-other-cxx-abi", "GD508",
          site(("badext", "0.3+cu128torch2.7cxx11abiFALSE", [OLD_ABI, CHECK], ("torch==2.7.0",))), "fail", "error",
          ("will not load with torch 2.11.0+cpu", "c10::detail::torchInternalAssertFail(…)", "_GLIBCXX_USE_CXX11_ABI mismatch",
-          "requires torch==2.7.0"), evidence=("torch.extensions",), subject="badext", commands=("torch==2.11.0",)),
+          "requires torch==2.7.0"), evidence=("files that will not load",), subject="badext", commands=("torch==2.11.0",)),
     Case("torch-libraries-unreadable", "GD508", site(("anyext", "1.0", [OLD_ABI], ()), break_torch=True), "unknown",
          message=("could not be read",)),
     Case("no-torch-linked-extension", "GD508", site(), "not_applicable"),

@@ -65,6 +65,11 @@ def precompiled_checkout(kernel_change: bool):
 
 CASES = [
     # GD510 vllm-pins-not-met
+    # `pip install --no-deps vllm` over another torch: the one cause GD503 states (rules/requirements.py), said here too.
+    Case("no-deps-over-torch-2.10", "GD510",
+         site(torch(version="2.10.0", cuda="13.0"), a_vllm(version="0.20.0", requires=["torch==2.11.0", "regex", "psutil", "numpy"])),
+         "fail", "error", ("vllm 0.20.0 was installed without its requirements", "torch 2.10.0 is installed where vllm requires torch==2.11.0"),
+         subject="vllm", commands=("--index-url https://download.pytorch.org/whl/cu130", "-m pip install vllm==0.20.0")),
     Case("torch-2.11-as-pinned", "GD510", site(torch(version="2.11.0", cuda="13.0"), a_vllm(version="0.20.0", requires=["torch==2.11.0"])),
          "pass"),
     Case("torch-2.10-under-vllm-0.20", "GD510",

@@ -221,6 +221,9 @@ def config_fields(data: Dict[str, Any]) -> Dict[str, Any]:
         "kv_lora_rank": _int(get("kv_lora_rank")),
         "qk_rope_head_dim": _int(get("qk_rope_head_dim")),
         "vocab_size": _int(get("vocab_size")),
+        "intermediate_size": _int(get("intermediate_size", "ffn_hidden_size", "n_inner")),
+        "moe_intermediate_size": _int(get("moe_intermediate_size")),
+        "num_experts": _int(get("num_experts", "n_routed_experts", "num_local_experts")),
         "auto_map": bool(data.get("auto_map")),
         "tie_word_embeddings": data.get("tie_word_embeddings"),
         "num_nextn_predict_layers": _int(get("num_nextn_predict_layers")),
@@ -238,6 +241,29 @@ def config_fields(data: Dict[str, Any]) -> Dict[str, Any]:
     if isinstance(eagle, dict) and "eagle_aux_hidden_state_layer_ids" in eagle and "eagle_aux_hidden_state_layer_ids" not in out:
         out["eagle_aux_hidden_state_layer_ids"] = eagle.get("eagle_aux_hidden_state_layer_ids")
     return out
+
+
+def estimated_weight_bytes(fields: Dict[str, Any]) -> Optional[Tuple[int, str]]:
+    """(bytes, how) of a model's weights from its config.json alone, when no file says (a model read
+    from the Hub without its safetensors index). A decoder of ``layers`` blocks: attention (query and
+    output heads × head size × hidden, key and value KV heads × head size × hidden), a gated MLP of
+    3 × hidden × intermediate (× experts for MoE, with ``moe_intermediate_size``), the embedding
+    and, untied, the output head; 2 bytes a parameter: vLLM's ``--dtype auto`` loads float32 and
+    16-bit checkpoints as 16-bit. None where that shape does not hold (quantized weights, MLA
+    attention, a missing dimension): a guess would decide a memory check."""
+    hidden, layers, vocab = fields.get("hidden_size"), fields.get("num_hidden_layers"), fields.get("vocab_size")
+    heads, kv_heads, head_dim = fields.get("num_attention_heads"), fields.get("num_key_value_heads"), fields.get("head_dim")
+    inter = fields.get("intermediate_size")
+    if fields.get("quantization") or fields.get("kv_lora_rank") or not all(
+            isinstance(v, int) and v > 0 for v in (hidden, layers, vocab, heads, kv_heads, head_dim, inter)):
+        return None
+    experts = fields.get("num_experts") or 0
+    moe = fields.get("moe_intermediate_size")
+    attention = 2 * heads * head_dim * hidden + 2 * kv_heads * head_dim * hidden
+    mlp = 3 * hidden * (moe * experts if experts and moe else inter)
+    embeddings = vocab * hidden * (1 if fields.get("tie_word_embeddings") is True else 2)
+    params = layers * (attention + mlp) + embeddings
+    return 2 * params, f"estimated from config.json: {params / 1e9:.2f} B parameters × 2 bytes"
 
 
 def _quant_summary(quant: Dict[str, Any]) -> Dict[str, Any]:

@@ -126,8 +126,11 @@ def _model_facts(prefix: str, given: Optional[str], environ: Dict[str, str], rev
         facts[f"{prefix}.source"] = missing(ABSENT, reason, "command")
         return facts
     resolved = model_mod.resolve(given, environ, revision, download_dir, cwd)
-    facts[f"{prefix}.source"] = ok(resolved, "command, filesystem", resolved.get("detail", ""))
     kind = resolved["kind"]
+    if kind == "hf_remote" and not resolved.get("offline"):
+        facts.update(_hub_facts(prefix, resolved, environ, revision))
+        return facts
+    facts[f"{prefix}.source"] = ok(resolved, "command, filesystem", resolved.get("detail", ""))
     if kind in ("local", "hf_cache"):
         info = model_mod.inspect(resolved)
         where = os.path.join(resolved["path"], "config.json") if os.path.isdir(resolved["path"]) else resolved["path"]
@@ -151,6 +154,39 @@ def _model_facts(prefix: str, given: Optional[str], environ: Dict[str, str], rev
     else:
         facts[f"{prefix}.config"] = missing(ABSENT, resolved.get("detail", "model not found"), "filesystem")
         facts[f"{prefix}.weights"] = missing(ABSENT, resolved.get("detail", "model not found"), "filesystem")
+    return facts
+
+
+def _hub_facts(prefix: str, resolved: Dict[str, Any], environ: Dict[str, str], revision: Optional[str]) -> Dict[str, Fact]:
+    """A Hub model not in the local cache: its config.json (and safetensors index) read from the Hub
+    as vLLM would at startup (probes/launch/hub.py); when the Hub cannot say, an unknown with why."""
+    from gpudoctor.probes.launch import hub
+
+    facts: Dict[str, Fact] = {}
+    fetched = hub.fetch(str(resolved.get("repo") or resolved.get("given")), revision, environ)
+    resolved = dict(resolved, hub={k: fetched[k] for k in ("status", "detail", "url") if fetched.get(k)})
+    facts[f"{prefix}.source"] = ok(resolved, "command, filesystem, the Hub", resolved.get("detail", ""))
+    config = fetched.get("config")
+    if not isinstance(config, dict):
+        why = f"not downloaded yet; {fetched.get('detail')}"
+        status = fetched.get("status") if fetched.get("status") in (ABSENT, "no_permission", "timeout") else ERROR
+        facts[f"{prefix}.config"] = missing(status, why, "the Hub")
+        facts[f"{prefix}.weights"] = missing(status, why, "the Hub")
+        return facts
+    fields = model_mod.config_fields(config)
+    where = str(fetched.get("url"))
+    facts[f"{prefix}.config"] = ok(fields, where, "read from the Hub (not downloaded yet: vLLM downloads it at startup)")
+    index = fetched.get("index")
+    estimate = model_mod.estimated_weight_bytes(fields)
+    if isinstance(index, dict):
+        facts[f"{prefix}.weights"] = ok({"bytes": index["total_size"], "format": "safetensors", "files": index["shards"],
+                                         "source": "the Hub's model.safetensors.index.json (metadata.total_size)"}, str(index["url"]))
+    elif estimate is not None:
+        facts[f"{prefix}.weights"] = ok({"bytes": estimate[0], "format": None, "files": 0, "source": estimate[1], "estimate": True},
+                                        where, fetched.get("index_detail") or "no safetensors index on the Hub")
+    else:
+        facts[f"{prefix}.weights"] = missing(ABSENT, "the Hub has no safetensors index for it and its config.json does not give "
+                                             "the weights' size (quantized, MLA or another shape)", where)
     return facts
 
 
