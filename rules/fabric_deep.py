@@ -126,9 +126,10 @@ def nccl_allreduce_failed(snap):
     - nccl-tests' bus bandwidth: https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md
 
     ## Severity
-    An error when the all-reduce fails, hangs or returns a wrong sum (multi-GPU serving fails or
+    An error when the all-reduce fails or returns a wrong sum (multi-GPU serving fails or
     corrupts); a warning when it works but NCCL went around P2P that NVML reports (it runs
-    slower than it could).
+    slower than it could). One that does not finish before the check's deadline is unknown,
+    never an error: the deadline may simply be too short.
     """
     value = _deep_fact(snap, NCCL)
     if not isinstance(value, dict):
