@@ -14,6 +14,7 @@ directory's length puts the cut, could not be replaced).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -28,6 +29,15 @@ from gpudoctor.snapshot import Snapshot
 GOLDEN = Path(__file__).resolve().parent / "golden" / "findings.txt"
 HEADER = ("# Every fail case's findings as `gpudoctor check` renders them (tests/test_golden_findings.py).\n"
           "# Refresh: GPUDOCTOR_UPDATE_GOLDEN=1 python -m pytest -n 0 tests/test_golden_findings.py\n")
+
+
+def recorded_pythons() -> set:
+    found = set()
+    for path in (Path(__file__).resolve().parent / "fixtures" / "snapshots").glob("*.json"):
+        fact = json.loads(path.read_text(encoding="utf-8")).get("facts", {}).get("python.executable")
+        if isinstance(fact, dict) and isinstance(fact.get("value"), str):
+            found.add(fact["value"])
+    return found
 
 
 def rendered(tmp_path: Path) -> str:
@@ -52,8 +62,10 @@ def _rendered(tmp_path: Path) -> str:
         blocks.append(f"\n## {case.rule} {case.name}\n" + text.replace(str(where), "<tmp>"))
     # Directories other case modules make once per run (tempfile.mkdtemp: /tmp/gpudoctor-launch-cases-x1y2z3ab).
     text = "".join(blocks)
-    for python in sorted({sys.executable, os.path.realpath(sys.executable)}, key=len, reverse=True):
-        text = text.replace(python, "<python>")  # the test interpreter, named in fix commands
+    # Interpreters named in fix commands: the test's own, and the recorded machines' (the H200's
+    # /opt/torch/.venv/bin/python3, which is also the test's own when the suite runs there).
+    for python in sorted({sys.executable, os.path.realpath(sys.executable), *recorded_pythons()}, key=len, reverse=True):
+        text = text.replace(python, "<python>")
     text = re.sub(re.escape(tempfile.gettempdir()) + r"/[^/\s,\]\)\}']+", "<tmp>", text)
     for pattern, replacement in LIVE:
         text = re.sub(pattern, replacement, text)
