@@ -212,3 +212,20 @@ def test_peer_access_is_confirmed_by_gd310_when_nvml_says_no_p2p():
     assert [c.rule for c in conf.of_kind("confirmed")] == ["GD310"]
     with_p2p = {"0-1": {"connection": "NV18", "p2p": {"read": "OK", "write": "OK"}}}
     assert explain.confirm(sig, snapshot(gpu__pairs=with_p2p)).verdict == "not_confirmed"
+
+
+# Recorded on the H200 (scripts/device/stack.sh step 5): sglang-kernel 0.4.10's real files loaded with
+# ctypes over the machine's torch 2.11.0+cu130. The first symbol is an lvalue-ref-qualified member
+# (_ZNR…): explain answered "no known error signature" until the pattern took the Itanium ABI's
+# member qualifiers (r V K, then R or O) after the N.
+H200_SGLANG_KERNEL = ("/tmp/stack.giWT/ext-sglang_kernel/lib/python3.12/site-packages/sgl_kernel/spatial_ops.abi3.so: undefined symbol: "
+                      "_ZNR5torch7Library4_defEON3c1014FunctionSchemaEPNS1_12OperatorNameERKSt6vectorINS_10headeronly3TagESaIS8_EENS_17_RegisterOrVerifyE")
+H200_SGLANG_KERNEL_SM90 = ("/tmp/stack.giWT/ext-sglang_kernel/lib/python3.12/site-packages/sgl_kernel/sm90/common_ops.abi3.so: "
+                           "undefined symbol: _ZN3c104cuda19CUDAErrorLogCaptureC1Ev")
+
+
+@pytest.mark.parametrize("text", [H200_SGLANG_KERNEL, H200_SGLANG_KERNEL_SM90])
+def test_a_torch_symbol_the_loader_could_not_find_on_the_h200(text):
+    diagnosis = diagnose(text)
+    assert diagnosis.root is not None and diagnosis.root.signature.id == "SIG-torch-extension-undefined-symbol", \
+        [m.signature.id for m in diagnosis.matches]

@@ -74,10 +74,13 @@ BUILD = (
         "key": "torch_abi_undefined_symbol",
         "title": "A compiled extension was built against another torch (undefined symbol _ZN3c10… / _ZN2at…)",
         "patterns": [
-            r"undefined symbol:?\s*(?P<symbol>_ZNK?(?:3c10|2at|5torch)[\w.@$]*)",  # _ZNK: a const member (c10::SymInt::sym_ne)
+            # N, then the member's qualifiers (Itanium ABI: r V K, then a ref-qualifier R or O): _ZNK a const
+            # member (c10::SymInt::sym_ne), _ZNR an lvalue-ref one (torch::Library::_def &, sglang-kernel
+            # 0.4.10 over torch 2.11 on the H200)
+            r"undefined symbol:?\s*(?P<symbol>_ZN[rVK]*[RO]?(?:3c10|2at|5torch)[\w.@$]*)",
             # macOS (dyld) words it differently and adds a leading underscore
-            r"Symbol not found:\s*'?(?P<symbol>__ZN(?:3c10|2at|5torch)[\w.@$]*)",
-            r"symbol not found in flat namespace\s*'(?P<symbol>__ZN(?:3c10|2at|5torch)[\w.@$]*)'",
+            r"Symbol not found:\s*'?(?P<symbol>__ZN[rVK]*[RO]?(?:3c10|2at|5torch)[\w.@$]*)",
+            r"symbol not found in flat namespace\s*'(?P<symbol>__ZN[rVK]*[RO]?(?:3c10|2at|5torch)[\w.@$]*)'",
         ],
         "superseded_by": ["SIG-flash-attn-undefined-symbol", "SIG-vllm-c-undefined-symbol"],
         "cause": (
