@@ -319,7 +319,9 @@ BUILD = (
              "url": "https://github.com/pyg-team/pytorch_geometric/issues/3904"},
         ],
         "sources": ["pyg-team/pytorch_geometric#3904", "facebookresearch/pytorch3d#923", "RUCAIBox/CRSLab#6", "pytorch/pytorch#110074"],
-        "confirm_rules": ["GD508:cannot open shared object"],
+        # GD508 names the loader's words, or, for an engine installed without its requirements (one
+        # finding for the cause), the CPU torch installed where the engine pins another torch
+        "confirm_rules": ["GD508:cannot open shared object", r"GD508:\+cpu is installed where \S+ requires torch"],
         "facts": ["torch.version", "torch.cuda", "torch.extensions"],
     },
     {
