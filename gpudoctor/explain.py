@@ -592,16 +592,18 @@ def resolve_confirm_rules(specs: Iterable[str], catalogue: Sequence[RuleMeta]) -
 
 
 def finding_filters(specs: Iterable[str]) -> Dict[str, "re.Pattern[str]"]:
-    """``GD503:torch`` -> {"GD503": /torch/}: a finding of GD503 is this cause only when it mentions torch."""
-    out: Dict[str, "re.Pattern[str]"] = {}
+    """``GD503:torch`` -> {"GD503": /torch/}: a finding of GD503 is this cause only when it mentions torch.
+    Several filters for one rule: a finding matching any of them."""
+    wanted: Dict[str, List[str]] = {}
     for spec in specs:
         m = _CONFIRM_SPEC.match(spec)
         if m and len(m.group("prefix")) == 3 and m.group("filter"):
             try:
-                out["GD" + m.group("prefix")] = re.compile(m.group("filter"), re.I)
+                re.compile(m.group("filter"))
             except re.error:
                 continue
-    return out
+            wanted.setdefault("GD" + m.group("prefix"), []).append(m.group("filter"))
+    return {rule: re.compile("|".join(f"(?:{f})" for f in filters), re.I) for rule, filters in wanted.items()}
 
 
 def confirm(

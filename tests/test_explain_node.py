@@ -229,3 +229,12 @@ def test_a_torch_symbol_the_loader_could_not_find_on_the_h200(text):
     diagnosis = diagnose(text)
     assert diagnosis.root is not None and diagnosis.root.signature.id == "SIG-torch-extension-undefined-symbol", \
         [m.signature.id for m in diagnosis.matches]
+
+
+def test_several_filters_for_one_rule_are_each_enough():
+    """SIG-torch-cuda-library-missing names GD508 twice (the loader's words; the one-cause statement of an
+    engine installed without its requirements): the second had replaced the first, so torchaudio over CPU
+    torch was 'not confirmed' although GD508 quoted 'libc10_cuda.so: cannot open shared object file'."""
+    wanted = explain.finding_filters(["GD508:cannot open shared object", r"GD508:\+cpu is installed where \S+ requires torch"])
+    assert wanted["GD508"].search('_torchaudio.so needs libc10_cuda.so: "libc10_cuda.so: cannot open shared object file"')
+    assert wanted["GD508"].search("torch 2.13.0+cpu is installed where vllm requires torch==2.14.0")
