@@ -20,7 +20,14 @@ NO_NINJA = {"ninja": None, "ninja_in_prefix": None, "ninja_dist": None, "prefix"
 
 
 def site(*installs, gpu="sm_80", build_env=None, **facts):
-    """A site-packages with ``installs`` (functions of the SitePackages), collected and judged on ``gpu``."""
+    """A site-packages with ``installs`` (functions of the SitePackages), collected and judged on ``gpu``.
+
+    The Python version (the wheel tags a fix names) and the build tools (ninja in the interpreter's
+    prefix) are the recorded H200's and "none", not the test interpreter's: the H200's own suite
+    rendered cp312 and its venv's ninja where this machine renders cp311 and none."""
+    facts.setdefault("python__version", "3.12.3")
+    build_env = NO_NINJA if build_env is None else build_env
+
     def build(tmp):
         packages = SitePackages(tmp / "site-packages")
         for install in installs:
