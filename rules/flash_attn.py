@@ -83,6 +83,12 @@ def _uninstall(snap, entry: Dict[str, Any], why: str) -> Tuple[str, List[Any]]:
     return (action.command if action else f"{_py(snap)} -m pip uninstall -y {shlex.quote(dist)}"), ([action] if action else [])
 
 
+def _unused_by_vllm(has_vllm: bool) -> str:
+    """Why a variant the GPU cannot run does not block a vLLM server (the severity's reason, said)."""
+    return ("; vLLM never imports it (its attention uses the bundled vllm_flash_attn), so only other code that "
+            "imports it fails" if has_vllm else "")
+
+
 def _backend_hint(has_vllm: bool) -> List[str]:
     """vLLM's attention backends that need no FlashAttention, when vLLM is the engine here."""
     return ["vllm serve MODEL --attention-backend TRITON_ATTN  # or FLASHINFER"] if has_vllm else []
@@ -117,6 +123,15 @@ def flash_attn_variant_unsupported_gpu(snap):
     The FA2 install command is the prebuilt wheel that matches torch (GD404) or a source build
     (GD405). The uninstall is also a typed action: `gpudoctor fix` carries it out with the
     environment's own pip, keeps the files aside, verifies and puts them back on any failure.
+
+    ## Severity
+    error when the variant cannot run on the GPU and nothing installed here avoids it (FA2 below
+    8.0, FA3 off Hopper without an SM80 path, FA4 below 8.0, with no vLLM: the code that
+    installed it imports it and fails). warning when it would run degraded (FA4 on 8.x has no
+    paged KV and no custom score_mod; an FA3 build that carries an SM80 path), or when vLLM is
+    the engine here: vLLM's attention never imports these distributions (it uses its bundled
+    `vllm.vllm_flash_attn`), so the server starts and only other code that imports the
+    variant would fail.
 
     ## References
     - https://github.com/Dao-AILab/flash-attention/issues/762;
@@ -155,19 +170,19 @@ def flash_attn_variant_unsupported_gpu(snap):
                 command, acts = _uninstall(snap, entry, f"FlashAttention-2 needs compute capability 8.0+; {where} cannot use it")
                 fails.append(Fail(
                     f"{_label(entry)} (FlashAttention-2) does not run on {where}: it needs compute capability 8.0+ and fails "
-                    "with \"FlashAttention only supports Ampere GPUs or newer.\"",
+                    "with \"FlashAttention only supports Ampere GPUs or newer.\"" + _unused_by_vllm(has_vllm),
                     ["flash_attn.variants", f"gpu.{gpu['index']}.compute_capability"],
                     Fix(f"Use an attention backend that supports {sm}; the right variant here: {right_variant(cc)}.",
                         [command] + _backend_hint(has_vllm), actions=acts),
-                    subject=f"{dist} / GPU {gpu['index']}"))
+                    subject=f"{dist} / GPU {gpu['index']}", severity=WARNING if has_vllm else ERROR))
             elif variant == "fa3" and major != 9 and not _kernel_rule_reports(snap, dist, cc):
                 runs = _fa3_runs(snap, entry, cc) if major == 8 else None
                 command, acts = _uninstall(snap, entry, f"FlashAttention-3 is made for Hopper (sm_90a); {where} is not one")
-                severity = WARNING if runs else ERROR
+                severity = WARNING if runs or has_vllm else ERROR
                 fails.append(Fail(
                     f"{_label(entry)} is FlashAttention-3, made for Hopper (sm_90a; vLLM's FA3 is 9.x only), but {where} is "
                     + ("not a Hopper GPU: this build carries an SM80 path that runs here, yet FA2 is the supported variant for it"
-                       if runs else "not a Hopper GPU: FA3 has no kernels for it"),
+                       if runs else "not a Hopper GPU: FA3 has no kernels for it" + _unused_by_vllm(has_vllm)),
                     ["flash_attn.variants", f"gpu.{gpu['index']}.compute_capability"],
                     Fix(f"Uninstall FA3; the right variant here: {right_variant(cc)}.",
                         [command] + (fa2_install(snap)[1] if 8 <= major and not fa2 else []), actions=acts),
@@ -203,7 +218,7 @@ def flash_attn_variant_unsupported_gpu(snap):
                     + f". The variant for this GPU: {right_variant(cc)}",
                     ["flash_attn.variants", f"gpu.{gpu['index']}.compute_capability"] + (["flash_attn.clashes"] if clash_with_fa2 else []),
                     Fix(summary, commands, actions=acts),
-                    subject=f"{dist} / GPU {gpu['index']}"))
+                    subject=f"{dist} / GPU {gpu['index']}", severity=ERROR if major < 8 and not has_vllm else WARNING))
     if not fails and kept:
         return Passed("; ".join(kept))
     return fails

@@ -46,10 +46,14 @@ FA2_FOR_27 = lambda s: fa2(s, version="2.8.3+cu12torch2.7cxx11abiTRUE", ext=EXT_
 CASES = [
     # GD401 flash-attn-variant-unsupported-gpu
     Case("fa4-on-h100", "GD401", site(TORCH, fa4, gpu="H100"), "pass"),
-    Case("fa4-alone-on-ampere", "GD401", site(TORCH, fa4, gpu="sm_86", **HOST), "fail", "error",
+    # FA4 accepts 8.x with restrictions (no paged KV): degraded, a warning; below 8.0 it cannot run.
+    Case("fa4-alone-on-ampere", "GD401", site(TORCH, fa4, gpu="sm_86", **HOST), "fail", "warning",
          ("flash-attn-4 4.0.0b36 is FlashAttention-4", "no installed engine requires it"), subject="flash-attn-4 / GPU 0",
          commands=("pip uninstall -y flash-attn-4",)),
-    Case("fa4-with-vllm-on-ampere", "GD401", site(TORCH, fa4, vllm, gpu="sm_86", **HOST), "fail", "error",
+    Case("fa4-alone-on-v100", "GD401", site(TORCH, fa4, gpu="V100", **HOST), "fail", "error",
+         ("is below 8.0",), subject="flash-attn-4 / GPU 0", commands=("pip uninstall -y flash-attn-4",)),
+    # vLLM never imports these distributions for its attention: the server starts, so never a block.
+    Case("fa4-with-vllm-on-ampere", "GD401", site(TORCH, fa4, vllm, gpu="sm_86", **HOST), "fail", "warning",
          ("(vLLM uses FA4 only on cc 9.x-11.x)", "vLLM never uses it here"), subject="flash-attn-4 / GPU 0",
          commands=("pip uninstall -y flash-attn-4",)),
     # SGLang 0.5.23 requires flash-attn-4 everywhere: its dependency, never "uninstall it" (A100, L40S).
