@@ -120,6 +120,17 @@ def _stream(v: Dict[str, Any]) -> str:
                  f"{_n(server.get('ours_decode_tokens_per_s'))} first-to-last chunk ({_pct(server.get('tokens_per_s_diff_pct'))}); "
                  f"TTFT {_n(server.get('ttft_ms'))} ms after {_n(server.get('queue_time_ms'))} ms queued, "
                  f"front end {_n(server.get('front_end_ms'))} ms (different definitions)")
+    elif server.get("source") == "prometheus":  # no timings in the responses: what its /metrics moved by
+        text += f"; server's /metrics: {_n(server.get('decode_tokens_per_s'))} tok/s (decode time per token after the first)"
+        if server.get("ours_decode_tokens_per_s") is not None:
+            text += f" vs our {_n(server.get('ours_decode_tokens_per_s'))} first-to-last chunk ({_pct(server.get('tokens_per_s_diff_pct'))})"
+        if server.get("tokens_per_step") and server["tokens_per_step"] > 1.05:
+            text += (f", {_n(server.get('tokens_per_step'), 2)} tokens per engine step (its inter-token latency, "
+                     f"{_n(server.get('itl_per_step_ms'), 2)} ms, is per step: {_n(server.get('steps_per_s'))} "
+                     "tok/s if read as per token)")
+        text += f"; TTFT {_n(server.get('ttft_ms'))} ms from arrival, front end {_n(server.get('front_end_ms'))} ms"
+        if server.get("note"):
+            text += f" ({server['note']})"
     elif server:
         text += (f"; server's own: TTFT {_n(server.get('ttft_ms'))} ms ({_pct(server.get('ttft_diff_pct'))}), "
                  f"{_n(server.get('decode_tokens_per_s'))} tok/s ({_pct(server.get('tokens_per_s_diff_pct'))})")

@@ -224,3 +224,64 @@ def _sglang_delta(before: Optional[Dict[str, Any]], after: Dict[str, Any]) -> Di
         "counter_reset": reset,
         "approximate": "accepted and draft tokens from SGLang's verify passes: one token per request over",
     }
+
+
+# --- the server's own request timings ----------------------------------------------------------
+# vLLM V1's request histograms (vllm/v1/metrics/loggers.py, stats.py;
+# https://docs.vllm.ai/en/latest/design/metrics/): TTFT runs from arrival to the first token;
+# decode time from the first to the last token of a request, over its tokens after the first
+# (``request_time_per_output_token`` = decode / (n − 1)); inter-token latency is observed once
+# per engine step and request — with speculative decoding a step emits 1 + accepted tokens, so
+# a tokens/s taken from it is per step, not per token. SGLang's collector has the same TTFT
+# and inter-token histograms under ``sglang:``, and no decode-time one.
+TIMING_HISTOGRAMS = {
+    "time_to_first_token_seconds": "ttft",
+    "request_decode_time_seconds": "decode",
+    "request_generation_tokens": "generated",
+    "request_queue_time_seconds": "queue",
+    "inter_token_latency_seconds": "itl",
+    "time_per_output_token_seconds": "itl",  # its name before vLLM 0.11, recorded per step too
+}
+
+
+def request_timing(samples: Samples) -> Optional[Dict[str, Any]]:
+    """The request histograms' sums and counts in one scrape (summed over engines), or None."""
+    found: Dict[str, Dict[str, float]] = {}
+    for (name, _), value in samples.items():
+        ns, colon, rest = name.partition(":")
+        if not colon or ns not in ("vllm", "sglang") or not math.isfinite(value):
+            continue
+        for suffix in ("_sum", "_count"):
+            key = TIMING_HISTOGRAMS.get(rest[: -len(suffix)]) if rest.endswith(suffix) else None
+            if key:
+                found.setdefault(ns, {})[key + suffix] = found.get(ns, {}).get(key + suffix, 0.0) + value
+    scheme = next((ns for ns in ("vllm", "sglang") if ns in found), None)
+    return dict(found[scheme], scheme=scheme) if scheme else None  # type: ignore[dict-item]
+
+
+def timing_delta(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """What the server's histograms say about the requests that finished between two scrapes."""
+    if not before or not after or before.get("scheme") != after.get("scheme"):
+        return None
+    d = {key: after[key] - before.get(key, 0.0) for key in after if key != "scheme"}
+    if any(value < 0 for value in d.values()):
+        return None  # the server restarted in between
+    out: Dict[str, Any] = {"scheme": after["scheme"], "requests": _number(d.get("ttft_count", 0.0))}
+    if d.get("ttft_count"):
+        out["ttft_ms"] = round(d["ttft_sum"] / d["ttft_count"] * 1000, 2)
+    if d.get("queue_count"):
+        out["queue_time_ms"] = round(d["queue_sum"] / d["queue_count"] * 1000, 2)
+    after_first = d.get("generated_sum", 0.0) - d.get("generated_count", 0.0)  # each request's tokens after its first
+    if d.get("generated_count"):
+        out["finished"] = _number(d["generated_count"])
+        out["generated_tokens"] = _number(d["generated_sum"])
+    if d.get("decode_sum", 0.0) > 0 and after_first > 0:
+        out["decode_tokens_per_s"] = round(after_first / d["decode_sum"], 2)
+    if d.get("itl_count"):
+        out["steps"] = _number(d["itl_count"])
+        out["itl_per_step_ms"] = round(d["itl_sum"] / d["itl_count"] * 1000, 3)
+        if d["itl_sum"] > 0:
+            out["steps_per_s"] = round(d["itl_count"] / d["itl_sum"], 2)
+        if after_first > 0:
+            out["tokens_per_step"] = round(after_first / d["itl_count"], 3)
+    return out

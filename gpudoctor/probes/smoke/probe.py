@@ -28,7 +28,7 @@ check); the API key is only handed to the client, never written to a fact.
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 from gpudoctor.probes.smoke.answers import chat, known_answer, tool_call
 from gpudoctor.probes.smoke.client import TIMEOUT as T_TIMEOUT
@@ -36,7 +36,7 @@ from gpudoctor.probes.smoke.longctx import long_context
 from gpudoctor.probes.smoke.ready import SERVER_PROCESS, choose_model, discover_url, port_owners, wait_ready
 from gpudoctor.probes.smoke.serverinfo import launch_fact, parsers_fact
 from gpudoctor.probes.smoke.session import SOURCE, Options, Progress, Run, StepError
-from gpudoctor.probes.smoke.spec import scrape_metrics, spec_fact
+from gpudoctor.probes.smoke.spec import scrape_metrics, server_figures, spec_fact
 from gpudoctor.probes.smoke.streaming import concurrency, stream, tool_stream
 from gpudoctor.snapshot import ABSENT, ERROR, OK, TIMEOUT, Fact
 
@@ -103,8 +103,11 @@ def _run_steps(opts: Options, progress: Optional[Progress], facts: Dict[str, Fac
     for path, label, step in steps:
         run_.progress("step", f"smoke: {label} …")
         had = run_.remaining()
+        around = scrape_metrics(run_) if path == "server.stream" else None
         try:
             facts[path] = _deadline_cut(run_, step(), label, had)
+            if around is not None and facts[path].ok and isinstance(facts[path].value, dict):
+                server_figures(facts[path].value, around, _scrape_finished(run_, around))
         except StepError as exc:
             facts[path] = _deadline_cut(run_, exc.fact, label, had)
         except Exception as exc:  # a bug in one step costs that step, not the whole check
@@ -114,6 +117,19 @@ def _run_steps(opts: Options, progress: Optional[Progress], facts: Dict[str, Fac
     facts["server.spec_decode"] = spec_fact(run_, before, after)
     run_.progress("clear", "")
 
+
+
+def _scrape_finished(run_: Run, before: Dict[str, Any]):
+    """/metrics after a request, once more 0.2 s later if its histograms have not moved yet: the
+    server records a finished request's stats in its output loop, which may run just after the
+    last chunk went out."""
+    after = scrape_metrics(run_)
+    moved = lambda scrape: bool(scrape) and (scrape.get("timing") or {}).get("generated_count", 0.0) > (  # noqa: E731
+        before.get("timing") or {}).get("generated_count", 0.0)
+    if after and after.get("timing") and not moved(after) and run_.remaining() > 1.0:
+        time.sleep(0.2)
+        after = scrape_metrics(run_)
+    return after
 
 
 def _deadline_cut(run_: Run, fact: Fact, label: str, had: float) -> Fact:

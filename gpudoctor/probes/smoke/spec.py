@@ -25,7 +25,31 @@ def scrape_metrics(run_: Run) -> Optional[Dict[str, Any]]:
     if response.looks_like_html():
         return {"error": "/metrics answered HTML, not Prometheus text"}
     samples, bad = prom.parse(response.text())
-    return {"counters": prom.spec_counters(samples), "legacy": prom.legacy_gauges(samples), "samples": len(samples), "bad_lines": bad}
+    return {"counters": prom.spec_counters(samples), "legacy": prom.legacy_gauges(samples), "timing": prom.request_timing(samples),
+            "samples": len(samples), "bad_lines": bad}
+
+
+def server_figures(measured: Dict[str, Any], before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]) -> None:
+    """The server's own TTFT and tokens/s for one streamed request, from what its /metrics
+    histograms moved by around it, next to ours on the same definition: decode time is the
+    first-to-last-token span over the tokens after the first — our first-to-last chunk.
+    Stored as ``server_metrics``; it is the comparison when the responses carry no timings."""
+    delta = prom.timing_delta((before or {}).get("timing"), (after or {}).get("timing"))
+    if not delta or not delta.get("requests"):
+        return
+    if delta["requests"] != 1:
+        delta["note"] = f"{delta['requests']} requests finished meanwhile: other traffic is mixed in"
+    ours = measured.get("decode_tokens_per_s_chunks")
+    theirs = delta.get("decode_tokens_per_s")
+    if isinstance(ours, (int, float)) and isinstance(theirs, (int, float)) and theirs > 0:
+        delta["ours_decode_tokens_per_s"] = ours
+        delta["tokens_per_s_diff_pct"] = round((ours - theirs) / theirs * 100, 2)
+    first = measured.get("first_chunk_ms")
+    if isinstance(delta.get("ttft_ms"), (int, float)) and isinstance(first, (int, float)):
+        delta["front_end_ms"] = round(first - delta["ttft_ms"], 2)  # vLLM's TTFT starts at arrival, queueing included
+    measured["server_metrics"] = delta
+    if not measured.get("server_timings"):
+        measured["server_timings"] = dict(delta, source="prometheus")
 
 
 def spec_fact(run_: Run, before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]) -> Fact:

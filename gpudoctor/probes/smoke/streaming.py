@@ -72,6 +72,8 @@ def _stream_once(run_: Run, payload: Dict[str, Any], what: str) -> Dict[str, Any
             m["decode_tokens_per_s_chunks"] = round((n - 1) / span, 2) if n > 1 and span > 0 else None
         if timings or server_metrics:
             m["server_timings"] = _server_timings(timings, server_metrics, m)
+            if not m["server_timings"]:
+                del m["server_timings"]
         return m
 
     try:
@@ -168,8 +170,9 @@ def _server_timings(timings: Optional[Dict[str, Any]], server_metrics: Optional[
         if isinstance(n, (int, float)) and isinstance(span_ms, (int, float)) and n > 1 and span_ms > 0:
             out["decode_tokens_per_s"] = round((n - 1) / (span_ms / 1000.0), 2)
         out["ttft_ms"] = out["prompt_ms"]
-    elif isinstance(server_metrics, dict):  # vLLM --enable-per-request-metrics
-        return _vllm_timings(server_metrics, m)
+    elif isinstance(server_metrics, dict):  # vLLM --enable-per-request-metrics (else only its speculative counts)
+        timed = any(key in server_metrics for key in ("mean_itl_ms", "time_to_first_token_ms"))
+        return _vllm_timings(server_metrics, m) if timed else {}
     if isinstance(out.get("ttft_ms"), (int, float)) and out["ttft_ms"] > 0 and isinstance(m.get("ttft_ms"), (int, float)):
         out["ttft_diff_pct"] = round((m["ttft_ms"] - out["ttft_ms"]) / out["ttft_ms"] * 100, 2)
     if isinstance(out.get("decode_tokens_per_s"), (int, float)) and out["decode_tokens_per_s"] > 0 and isinstance(m.get("decode_tokens_per_s"), (int, float)):
