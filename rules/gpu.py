@@ -141,7 +141,28 @@ def _holder(procs_view, entry) -> str:
     size = f", {gib(entry['used_memory'])}" if isinstance(entry.get("used_memory"), int) else ""
     if proc is None:
         return f"PID {entry.get('pid')}{size}"
-    return f"PID {proc.pid} ({proc.title}, user {procs_view.user(proc.uid)}, up {procs_view.age(proc)}{size})"
+    return f"PID {proc.pid} ({proc.title}, user {procs_view.user(proc.uid)}, up {procs_view.age(proc)}{size})" + _server_of(procs_view, proc)
+
+
+SERVER_NAMES = {"vllm": ("vLLM", 8000), "sglang": ("SGLang", 30000)}  # and their default ports
+
+
+def _server_of(procs_view, proc) -> str:
+    """' — the engine core of the live vLLM server PID 900 (port 8000)' for a child of a running
+    server, so that a live server's own memory is not read as a stranger's (issue 31: GD302 named
+    the engine core holding 35.5 GiB without the server on port 8000 it belongs to)."""
+    if not proc.serving or proc.role == "launcher":
+        return ""
+    top, seen = proc, {proc.pid}
+    while top.ppid in procs_view.procs and procs_view.procs[top.ppid].serving and top.ppid not in seen:
+        top = procs_view.procs[top.ppid]
+        seen.add(top.pid)
+    if top is proc or top.role != "launcher" or top.zombie or not top.record:
+        return ""
+    name, default = SERVER_NAMES.get(str(top.record.get("stack")), (str(top.record.get("stack") or "serving"), None))
+    given = re.search(r"(?:^|\s)--port[= ](\d+)", str(top.record.get("cmdline") or ""))
+    port = f" (port {given.group(1)})" if given else f" (port {default} unless set otherwise)" if default else ""
+    return f" — the {proc.role.replace('_', ' ')} of the live {name} server PID {top.pid}{port}"
 
 
 @rule("GD303", "ecc-uncorrectable-errors", severity=ERROR, area="gpu", requires=("gpu.count",))

@@ -254,6 +254,19 @@ def test_live_holder_is_named_by_gd302(spawner):
     assert not mentions(doc, "GD601", holder["pid"]) and findings(doc, "GD604") == []
 
 
+def test_a_live_servers_engine_core_is_named_as_that_servers(tmp_path, spawner):
+    """issue 31: GD302 warned about a live server's engine core holding 35.5 GiB without linking
+    it to the server on port 8000 it belongs to."""
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port", "8123"]
+    server = spawner.spawn("", exec=argv, env={"PYTHONPATH": fake_vllm(tmp_path)})
+    snap = busy_with(live_facts(), {BUSY_PID: server["child"]})
+    doc, _ = run(snap, "GD601", "GD302", "GD604")
+    [in_use] = findings(doc, "GD302")
+    assert f"held by PID {server['child']} (VLLM::EngineCore, user {ME}" in in_use["message"]
+    assert f"3.6 GiB) — the engine core of the live vLLM server PID {server['pid']} (port 8123)" in in_use["message"]
+    assert not mentions(doc, "GD601", server["child"])
+
+
 def test_memory_of_invisible_processes():
     facts = live_facts()
     absent = 1 << 22  # above pid_max: no process here has it
