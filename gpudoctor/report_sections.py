@@ -122,7 +122,7 @@ def version_rows(snapshot: Snapshot) -> List[Dict[str, str]]:
     add("torch", "torch.version", f"{torch.value} (CUDA {cuda})" if torch.ok and cuda else None)
     arch = snapshot.get("torch.arch_list")
     if "torch.arch_list" in snapshot.facts:
-        add("", "torch.arch_list", _clip(summary(arch.value), CELL_LIMIT) if arch.ok else None)
+        add("", "torch.arch_list", _clip(_arch_cell(arch.value) or summary(arch.value), CELL_LIMIT) if arch.ok else None)
     engines = snapshot.get("engines.installed")
     if engines.ok:
         add("Inference engines", "engines.installed", ", ".join(f"{e.get('engine')} {e.get('version')}" for e in engines.value
@@ -166,9 +166,13 @@ def _group(snapshot: Snapshot, title: str, prefix: str, dists: Sequence[str], ro
                 found.append((f"packages.stack.{name}", text))
     # "<prefix>version" first: the row that carries the group's name should be the version.
     paths = sorted((p for p in snapshot.facts if p.startswith(prefix) and p not in exclude), key=lambda p: (p != prefix + "version", natural_key(p)))
+    unread = [path for path in paths if _env_cell(snapshot.get(path)) is None]
     for path in paths:
-        fact = snapshot.get(path)
-        found.append((path, _clip(summary(fact.value), CELL_LIMIT) if fact.ok else _value(snapshot, path)))
+        cell = _env_cell(snapshot.get(path))
+        if cell is not None:
+            found.append((path, cell))
+    if not found and unread and not dists:  # say why the group is empty ("absent (vllm is not installed)")
+        found.append((unread[0], _value(snapshot, unread[0])))
     if not found:
         if dists and stack.ok:
             found.append(("packages.stack", "not installed"))
@@ -178,6 +182,35 @@ def _group(snapshot: Snapshot, title: str, prefix: str, dists: Sequence[str], ro
             found.append((prefix + "*", "not collected"))
     for position, (path, value) in enumerate(found):
         rows.append({"component": title if position == 0 else "", "value": value, "fact": path})
+
+
+_VERSION_KEYS = ("full", "nvcc_full", "version", "nvcc_version")
+
+
+def _env_cell(fact: Fact) -> Optional[str]:
+    """A fact as one cell of the environment table (versions people read), or None: an empty value,
+    an internal structure (``dirs: none; importable: no``, a JSON list of code markers) or a check not
+    run here. The findings quote what matters of those, and the JSON keeps them all (issue 31)."""
+    if not fact.ok or fact.value in (None, "", {}, []):
+        return None
+    value = fact.value
+    flat = isinstance(value, dict) and len(value) <= 4 and all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                                               for v in value.values())  # {kind: git, url: …, commit: …}
+    if isinstance(value, dict) and not flat and not any(value.get(k) for k in _VERSION_KEYS) \
+            and not all(isinstance(v, dict) for v in value.values()):
+        return None
+    text = summary(value)
+    return None if "{" in text or "[" in text else _clip(text, CELL_LIMIT)
+
+
+def _arch_cell(value: Any) -> Optional[str]:
+    """torch.arch_list as people read it: "sm_75 … sm_120, PTX compute_120 (libtorch_cuda.so)"."""
+    if not isinstance(value, dict) or not isinstance(value.get("sm"), list):
+        return None
+    ptx = [str(p) for p in value.get("ptx") or []] if isinstance(value.get("ptx"), list) else []
+    library = str(value.get("library") or "").rsplit("/", 1)[-1]
+    return (" ".join(str(s) for s in value["sm"]) + (f", PTX {' '.join(ptx)}" if ptx else ", no PTX")
+            + (f" (from {library})" if library else ""))
 
 
 def _dist_summary(entry: Dict[str, Any]) -> str:

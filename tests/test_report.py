@@ -236,6 +236,30 @@ def test_facts_from_other_probes_appear_by_prefix(tmp_path):
     assert listeners and cell_text(listeners[0][1][2]) == "[4242]"
 
 
+def test_the_environment_table_shows_versions_not_internal_structures(tmp_path):
+    """issue 31: the table showed `{"file": "v1/worker/gpu_model_runner.py", "read": […]`,
+    `dirs: none; importable: no; path: none`, `{}` and `library: …; ptx: none; sm: …`."""
+    data = json.loads(H200.read_text(encoding="utf-8"))
+    data["facts"].update({
+        "vllm.version": {"status": "ok", "source": "dist-info", "value": "0.33.0"},
+        "vllm.code_markers": {"status": "ok", "source": "vllm source", "value": [
+            {"file": "v1/worker/gpu_model_runner.py", "read": ["v1/worker/gpu_model_runner.py"], "state": "fixed"}]},
+        "vllm.env_vars": {"status": "ok", "source": "environ", "value": {}},
+        "vllm.import_check": {"status": "not_supported", "source": "gpudoctor", "detail": "not run (use --deep)"},
+        "flash_attn.namespace": {"status": "ok", "source": "dist-info", "value": {"dirs": [], "importable": False, "path": None}},
+        "torch.arch_list": json.loads((SNAPSHOTS / "h200-full.json").read_text(encoding="utf-8"))["facts"]["torch.arch_list"],
+    })
+    snap = tmp_path / "internal.json"
+    snap.write_text(json.dumps(data), encoding="utf-8")
+    out = gd("report", "--snapshot", str(snap)).stdout
+    versions = {cell_text(r[2]): (cell_text(r[0]), cell_text(r[1])) for r in tables(parse(out))[0][1:]}
+    assert versions["vllm.version"] == ("vLLM", "0.33.0")
+    for internal in ("vllm.code_markers", "vllm.env_vars", "vllm.import_check", "flash_attn.namespace"):
+        assert internal not in versions, versions[internal]
+    assert versions["torch.arch_list"][1].startswith("sm_75 sm_80 sm_86 sm_89 sm_90 sm_90a") and "(from libtorch_cuda.so)" in versions["torch.arch_list"][1]
+    assert not [value for _, value in versions.values() if "{" in value or "importable" in value]
+
+
 # --- files and the bundle --------------------------------------------------------------------
 def _mode(path):
     return stat.S_IMODE(os.stat(path).st_mode)
