@@ -130,9 +130,10 @@ def _sglang_notes(snapshot) -> List[str]:
                 "`gpudoctor preflight --python /path/to/venv/bin/python -- sglang serve …`."]
     info = fact.value if isinstance(fact.value, dict) else {}
     return [f"SGLang server command: flags checked against SGLang {info.get('version') or '?'}'s server arguments "
-            f"({info.get('flags', '?')} flags, read from its source), the port, the GPUs its TP × PP × DP layout takes "
-            "and the range of --mem-fraction-static; memory against the model, the model's config, speculative "
-            "settings and parser names are not checked for SGLang yet."]
+            f"({info.get('flags', '?')} flags, read from its source), the port, the GPUs its TP × PP × DP layout takes, "
+            "the range of --mem-fraction-static, the model (readable, heads against --tp-size, --context-length against its "
+            "config) and the drafter's path; memory against the model, the speculative method's settings and parser names "
+            "are not checked for SGLang yet."]
 
 
 def _first_clause(reason: str) -> str:

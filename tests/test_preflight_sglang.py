@@ -14,7 +14,7 @@ from gpudoctor.engine import run_rules
 from gpudoctor.gates import preflight_notes
 from gpudoctor.probes.launch import parser, probe, sglang_args
 from gpudoctor.render.launch import headline
-from gpudoctor.snapshot import Snapshot
+from gpudoctor.snapshot import Snapshot, ok
 from test_pystack_env import SitePackages
 
 SERVING = '''from __future__ import annotations
@@ -76,19 +76,52 @@ SERVER_ARGS = '''class ServerArgs:
 '''
 
 
-def install_sglang(site):
+# Lines of sglang 0.5.23's fields/model.py and fields/spec.py, for the model checks.
+MODEL_MORE = '''
+    context_length: A[
+        Optional[int],
+        Arg(
+            help="The model's maximum context length. Defaults to None (will use the value from the model's config.json instead).",
+            type_parser=human_readable_int,
+        ),
+    ] = None
+    revision: A[
+        Optional[str],
+        "The specific model version to use. It can be a branch name, a tag name, or a commit id. If unspecified, will use the default version.",
+    ] = None
+'''
+SPEC = '''class Spec(msgspec.Struct):
+    _NS_PATH = "spec"
+    speculative_algorithm: A[
+        Optional[str],
+        "Speculative algorithm. Builtins: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK, UNO.",
+    ] = None
+    speculative_draft_model_path: A[
+        Optional[str],
+        Arg(
+            help="The path of the draft model weights. This can be a local folder or a Hugging Face repo ID.",
+            aliases=["--speculative-draft-model"],
+        ),
+    ] = None
+'''
+
+
+def install_sglang(site, model_fields: bool = False):
+    more = {"sglang/srt/arg_groups/fields/spec.py": SPEC, "sglang/srt/arg_groups/fields/parallel.py": LAYOUT,
+            "sglang/srt/arg_groups/fields/device.py": DEVICE} if model_fields else {}
     site.dist("sglang", "0.5.23", files={
         "sglang/__init__.py": "", "sglang/version.py": '__version__ = "0.5.23"\n',
         "sglang/srt/server_args.py": SERVER_ARGS,
         "sglang/srt/arg_groups/fields/__init__.py": "",
         "sglang/srt/arg_groups/fields/serving.py": SERVING,
-        "sglang/srt/arg_groups/fields/model.py": MODEL,
+        "sglang/srt/arg_groups/fields/model.py": MODEL + (MODEL_MORE if model_fields else ""),
         "sglang/srt/arg_groups/fields/parallel.py": PARALLEL,
+        **more,
     })
 
 
 def facts_for(site, *argv):
-    _, facts, _ = probe.inspect(list(argv), environ={"PATH": ""}, own_paths=[str(site.path)])
+    _, facts, _ = probe.inspect(list(argv), environ={"PATH": "", "GPUDOCTOR_HUB": "0"}, own_paths=[str(site.path)])  # never the real Hub
     return facts
 
 
@@ -226,7 +259,6 @@ DP_ATTENTION = '''
 
 
 def gd705(tmp_path, gpus, *flags, env=None):
-    from gpudoctor.snapshot import ok
 
     site = SitePackages(tmp_path / "site")
     site.dist("sglang", "0.5.23", files={
@@ -257,7 +289,8 @@ def test_more_gpus_than_visible_is_an_error(tmp_path):
     layout, outcome = gd705(tmp_path / "a", 1, "--tp", "2")
     [finding] = outcome.findings
     assert finding.message == "TP 2 × PP 1 = 2 GPUs: SGLang's schedulers would use GPU index 1, and 1 are visible"
-    assert finding.fix.commands[-1].endswith("--tp 2 --tp-size 1") or "--tp-size 1" in finding.fix.commands[-1]
+    # the flag is edited where it was typed (--tp abbreviates --tp-size), not appended after it
+    assert finding.fix.commands[-1].endswith(" --tp 1") and "--tp-size" not in finding.fix.commands[-1]
     # DP replicas each take TP × PP GPUs (data_parallel_controller.py), unlike attention DP.
     layout, outcome = gd705(tmp_path / "b", 4, "--tp", "2", "--dp-size", "4")
     assert layout["gpus"] == 8 and outcome.findings[0].message.startswith("TP 2 × PP 1 × DP 4 = 8 GPUs")
@@ -269,3 +302,67 @@ def test_more_gpus_than_visible_is_an_error(tmp_path):
     # What is not a plain integer is the parser's to refuse, not judged here.
     layout, outcome = gd705(tmp_path / "e", 4, "--tp", "two")
     assert outcome.status == "unknown" and "not an integer" in outcome.reason
+
+
+# --- the model and the drafter (issue 25: preflight of SGLang checked no model) ----------------------
+QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_attention_heads": 32, "num_key_value_heads": 8,
+            "num_hidden_layers": 36, "hidden_size": 4096, "max_position_embeddings": 40960, "torch_dtype": "bfloat16",
+            "vocab_size": 151936, "head_dim": 128}
+
+
+def model_dir(tmp_path, config=QWEN3_8B):
+    import json
+
+    folder = tmp_path / "Qwen3-8B"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    return str(folder)
+
+
+def judged(tmp_path, rule_id, *flags, model=None):
+    site = SitePackages(tmp_path / "site")
+    install_sglang(site, model_fields=True)
+    path = model or model_dir(tmp_path)
+    facts = facts_for(site, "sglang", "serve", "--model-path", path, *flags)
+    snap = snap_of(facts)
+    snap.facts["gpu.count"] = ok(8, "test")
+    for index in range(8):
+        snap.facts[f"gpu.{index}.name"] = ok("NVIDIA H200", "test")
+    return facts, run_rules(snap, [registry.find(rule_id)]).outcomes[0]
+
+
+def test_the_models_heads_against_the_tp_size(tmp_path):
+    facts, outcome = judged(tmp_path / "a", "GD706", "--tp", "3")
+    assert facts["model.config"].ok and facts["model.config"].value["num_attention_heads"] == 32
+    [finding] = outcome.findings
+    assert finding.message.startswith('SGLang stops building the attention layers with "AssertionError: 32 is not divisible by 3"')
+    assert finding.fix.commands[0].endswith("--tp 2")  # edited where it was typed: --tp abbreviates --tp-size
+    for tp in ("1", "2", "4", "8"):
+        assert judged(tmp_path / f"ok{tp}", "GD706", "--tp-size", tp)[1].status == "pass", tp
+    # 8 KV heads over TP 16: each replicated twice (16 % 8 == 0), as SGLang does
+    assert judged(tmp_path / "kv", "GD706", "--tensor-parallel-size", "16")[1].status == "pass"
+
+
+def test_the_context_length_against_the_models_as_sglang_parses_it(tmp_path):
+    _, outcome = judged(tmp_path / "a", "GD715", "--context-length", "128k")
+    [finding] = outcome.findings
+    assert finding.severity == "error" and "--context-length 128000 is more than the model's 40960" in finding.message
+    assert 'greater than the derived context_length (40960)' in finding.message
+    assert finding.fix.commands[0].endswith("--context-length 40960")
+    assert judged(tmp_path / "b", "GD715", "--context-length", "40Ki")[1].status == "pass"  # 40960: SGLang's IEC suffix
+    assert judged(tmp_path / "c", "GD715")[1].status == "not_applicable"
+    # YaRN with original_max_position_embeddings: SGLang keeps max_position_embeddings (no factor)
+    yarn = dict(QWEN3_8B, rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})
+    model = model_dir(tmp_path / "y", yarn)
+    assert judged(tmp_path / "d", "GD715", "--context-length", "131072", model=model)[1].status == "fail"
+
+
+def test_a_missing_model_or_drafter_is_named_with_sglangs_flag(tmp_path):
+    _, outcome = judged(tmp_path / "a", "GD703", model=str(tmp_path / "nowhere"))
+    [finding] = outcome.findings
+    assert "does not exist" in finding.message and "SGLang would then try it as a Hugging Face repo id" in finding.message
+    _, outcome = judged(tmp_path / "b", "GD717", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model", str(tmp_path / "nodraft"))
+    [finding] = outcome.findings
+    assert "does not exist" in finding.message and "--speculative-draft-model-path" in finding.fix.summary
+    assert judged(tmp_path / "c", "GD717")[1].status == "not_applicable"

@@ -91,8 +91,8 @@ def _command_with(snap, flag: str, value: Any = None) -> str:
     while i < len(argv):
         word = argv[i]
         typed = word.split("=", 1)[0]
-        if word.startswith("--"):
-            name = "--" + typed[2:].replace("_", "-")
+        if word.startswith("--"):  # SGLang's aliases and abbreviations are in ``aliases`` too (--tp for --tp-size)
+            name = aliases[typed] if isinstance(aliases, dict) and typed in aliases else "--" + typed[2:].replace("_", "-")
         else:
             name = aliases.get(typed, typed) if isinstance(aliases, dict) else typed
         if name == flag:
@@ -130,7 +130,24 @@ def _gpu_name(snap, index: int) -> str:
 
 
 # --- which GPUs the engine uses -----------------------------------------------------------------------
+def _is_sglang(snap) -> bool:
+    return snap.value("launch.kind") == "sglang-serve"
+
+
+def _engine_name(snap) -> str:
+    return "SGLang" if _is_sglang(snap) else "vLLM"
+
+
+def _tp_flag(snap) -> Tuple[str, str]:
+    """(the TP flag a fix sets, the evidence path of the TP size) for the command's engine."""
+    return ("--tp-size", "launch.sglang_parallel.tp_size") if _is_sglang(snap) else \
+        ("--tensor-parallel-size", "launch.args.--tensor-parallel-size")
+
+
 def _parallel(snap) -> Tuple[int, int, int]:
+    if _is_sglang(snap):  # probes/launch/sglang_args.py parallel_layout: SGLang's own fields and defaults
+        layout = snap.value("launch.sglang_parallel") or {}
+        return (_int(layout.get("tp_size"), 1) or 1, _int(layout.get("pp_size"), 1) or 1, _int(layout.get("dp_size"), 1) or 1)
     args = _args(snap)
     tp = _int(args.get("--tensor-parallel-size"), 1) or 1
     pp = _int(args.get("--pipeline-parallel-size"), 1) or 1

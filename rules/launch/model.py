@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
-from .common import _applies, _args, _command_with, _config, _int, _vllm_version
+from .common import _applies, _applies_server, _args, _command_with, _config, _engine_name, _int, _is_sglang, _num, _vllm_version
 from .memory import _derived_max_len
 
 @rule("GD703", "model-unreadable", severity=ERROR, area="launch")
@@ -33,7 +33,7 @@ def model_unreadable(snap):
     - vLLM `DefaultModelLoader` ("Cannot find any model weights with …").
     - https://huggingface.co/docs/safetensors/index
     """
-    skip = _applies(snap)
+    skip = _applies_server(snap)
     if skip:
         return skip
     fails = []
@@ -49,7 +49,7 @@ def model_unreadable(snap):
         given = info.get("given")
         if info.get("kind") == "missing_local":
             fails.append(Fail(
-                f"{what} {given!r} does not exist ({info.get('detail')}); vLLM would then try it as a Hugging Face repo id and fail",
+                f"{what} {given!r} does not exist ({info.get('detail')}); {_engine_name(snap)} would then try it as a Hugging Face repo id and fail",
                 [f"{prefix}.source"],
                 Fix("Give the directory that holds config.json and the weights.", [f"ls -la {shlex.quote(str(given))}"]),
                 subject=what,
@@ -150,7 +150,16 @@ def max_model_len_exceeds_context(snap):
       max_position_embeddings, n_positions, max_seq_len, seq_length, model_max_length,
       max_sequence_length, max_seq_length, seq_len (the smallest wins), rope scaling factor.
     - https://github.com/vllm-project/vllm/blob/main/vllm/config/model.py
+    - SGLang's `--context-length` (`ModelConfig`, python/sglang/srt/configs/model_config.py):
+      "User-specified context_length (N) is greater than the derived context_length (M) …
+      set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"; it derives M from the
+      first of max_sequence_length, seq_length, max_seq_len, model_max_length,
+      max_position_embeddings, times the rope factor unless the rope config has
+      original_max_position_embeddings or is llama3
+      (python/sglang/srt/utils/hf_transformers/common.py `get_context_length`).
     """
+    if _is_sglang(snap):
+        return _sglang_context_length(snap)
     skip = _applies(snap)
     if skip:
         return skip
@@ -179,6 +188,39 @@ def max_model_len_exceeds_context(snap):
     return Fail(message, [("launch.args.--max-model-len", given), ("model.config.max_length", derived), "model.config"],
                 Fix("Stay within the trained context, or add rope scaling the model supports.",
                     [_command_with(snap, "--max-model-len", derived)]),
+                severity=WARNING if allowed else ERROR)
+
+
+def _sglang_context_length(snap):
+    """GD715 for `sglang serve --context-length N` (see the rule's references for SGLang's derivation)."""
+    settings = snap.value("launch.sglang_model") or {}
+    given = _int(settings.get("context_length"))
+    if given is None or given <= 0:
+        return NotApplicable("--context-length not given (SGLang derives it from config.json)")
+    cfg = _config(snap)
+    if cfg is None:
+        return Unknown(f"model config unknown ({snap.get('model.config').describe()})")
+    if cfg.get("max_length_key") != "max_position_embeddings" or not _int(cfg.get("max_position_embeddings")):
+        return Unknown(f"the model's context is in {cfg.get('max_length_key') or 'no key'}: SGLang reads its length keys in "
+                       "another order than this check knows")
+    base = int(cfg["max_position_embeddings"])
+    rope = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else None
+    factor = 1.0
+    if rope and "original_max_position_embeddings" not in rope and rope.get("rope_type") != "llama3":
+        factor = _num(rope.get("factor")) or 1.0
+    derived = int(factor * base)
+    if given <= derived:
+        return None
+    how = f"max_position_embeddings={base}" + (f" × rope factor {factor:g}" if factor != 1.0 else "")
+    allowed = str((snap.value("env") or {}).get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "")).lower() in ("1", "true")
+    message = (f"--context-length {given} is more than the model's {derived} ({how}): SGLang stops with \"User-specified "
+               f"context_length ({given}) is greater than the derived context_length ({derived})\"")
+    if allowed:
+        message = (f"--context-length {given} is more than the model's {derived} ({how}); SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 "
+                   "lets SGLang start, but positions past the trained context give garbage without rope scaling")
+    return Fail(message, [("launch.sglang_model.context_length", given), ("model.config.max_position_embeddings", base)],
+                Fix("Stay within the trained context, or use rope scaling the model supports (--json-model-override-args).",
+                    [_command_with(snap, "--context-length", derived)]),
                 severity=WARNING if allowed else ERROR)
 
 

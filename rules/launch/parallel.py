@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
-from .common import _applies, _command_with, _config, _group, _int, _parallel, _visible, gib
+from .common import _applies, _applies_server, _command_with, _config, _group, _int, _is_sglang, _parallel, _tp_flag, _visible, gib
 
 @rule("GD705", "parallel-size-exceeds-gpus", severity=ERROR, area="launch")
 def parallel_size_exceeds_gpus(snap):
@@ -117,37 +117,53 @@ def tensor_parallel_does_not_divide_model(snap):
     ## Fix
     Pick a TP size that divides the head count (the closest that fits is suggested).
 
+    SGLang shards the same way (its `QKVParallelLinear`, KV heads replicated when TP exceeds
+    them) through `divide()`, and stops while building the first attention layer with
+    "AssertionError: N is not divisible by T" (`ensure_divisibility`).
+
     ## References
     - vLLM `ModelConfig.verify_with_parallel_config` (vllm/config/model.py) and
       `QKVParallelLinear` (KV-head replication).
     - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
+    - SGLang: python/sglang/srt/layers/linear.py (QKVParallelLinear) and
+      python/sglang/srt/utils/common.py (`divide`, `ensure_divisibility`);
+      https://github.com/sgl-project/sglang/issues/3246
     """
-    skip = _applies(snap)
+    skip = _applies_server(snap)
     if skip:
         return skip
     cfg = _config(snap)
     if cfg is None:
         return Unknown(f"model config unknown ({snap.get('model.config').describe()})")
+    if _is_sglang(snap) and "tp_size" not in (snap.value("launch.sglang_parallel") or {}):
+        layout = snap.value("launch.sglang_parallel") or {}
+        return Unknown(f"the command's TP size was not read ({layout.get('why') or snap.get('launch.sglang_parallel').describe()})")
     tp, pp, _ = _parallel(snap)
+    flag, tp_path = _tp_flag(snap)
+    pp_path = "launch.sglang_parallel.pp_size" if _is_sglang(snap) else "launch.args.--pipeline-parallel-size"
     heads, kv_heads, layers = _int(cfg.get("num_attention_heads")), _int(cfg.get("num_key_value_heads")), _int(cfg.get("num_hidden_layers"))
     fails = []
     if heads and heads % tp:
+        said = (f"SGLang stops building the attention layers with \"AssertionError: {heads} is not divisible by {tp}\" "
+                f"({heads} attention heads over TP {tp})" if _is_sglang(snap) else
+                f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp}). (vLLM's startup error)")
         fails.append(Fail(
-            f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp}). (vLLM's startup error)",
-            [("model.config.num_attention_heads", heads), ("launch.args.--tensor-parallel-size", tp)],
-            Fix("Use a TP size that divides the head count.", [_command_with(snap, "--tensor-parallel-size", _largest_divisor_tp(snap, tp))]),
+            said,
+            [("model.config.num_attention_heads", heads), (tp_path, tp)],
+            Fix("Use a TP size that divides the head count.", [_command_with(snap, flag, _largest_divisor_tp(snap, tp))]),
             subject="attention heads",
         ))
     elif kv_heads and kv_heads % tp and tp % kv_heads:
         fails.append(Fail(
-            f"{kv_heads} KV heads cannot be split over TP {tp} (neither divides the other)",
-            [("model.config.num_key_value_heads", kv_heads), ("launch.args.--tensor-parallel-size", tp)],
+            f"{kv_heads} KV heads cannot be split over TP {tp} (neither divides the other)"
+            + (f": SGLang stops with \"AssertionError: {max(kv_heads, tp)} is not divisible by {min(kv_heads, tp)}\"" if _is_sglang(snap) else ""),
+            [("model.config.num_key_value_heads", kv_heads), (tp_path, tp)],
             Fix("Use a TP size that divides the KV heads or is a multiple of them."),
             subject="KV heads",
         ))
     if layers and pp > layers:
         fails.append(Fail(f"pipeline parallel size {pp} exceeds the model's {layers} layers",
-                          [("model.config.num_hidden_layers", layers), ("launch.args.--pipeline-parallel-size", pp)],
+                          [("model.config.num_hidden_layers", layers), (pp_path, pp)],
                           Fix("Use fewer pipeline stages."), subject="layers"))
     return fails
 

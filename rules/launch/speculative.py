@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor.knowledge import advisories
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
-from .common import _applies, _args, _command_with, _config, _int, _spec, _vllm_version
+from .common import _applies, _applies_server, _args, _command_with, _config, _int, _spec, _vllm_version
 
 SPEC_WITH_AUX_LAYERS = {"dflash", "eagle3", "dspark", "extract_hidden_states"}
 
@@ -69,14 +69,21 @@ def speculative_drafter_unreadable(snap):
     Point `model` in `--speculative-config` at the drafter's directory (or a repo id that is
     cached / downloadable) and repair its config.json.
 
+    SGLang names its drafter with `--speculative-draft-model-path` (alias
+    `--speculative-draft-model`) and loads it the same way, after the target.
+
     ## References
     - https://github.com/vllm-project/vllm/blob/main/docs/features/speculative_decoding/README.md
+    - https://docs.sglang.ai/advanced_features/speculative_decoding.html
     """
-    skip = _applies(snap)
+    skip = _applies_server(snap)
     if skip:
         return skip
-    spec = _spec(snap)
-    if not spec.get("model"):
+    sglang = snap.value("launch.kind") == "sglang-serve"
+    where = "--speculative-draft-model-path" if sglang else "--speculative-config model"
+    if sglang and not (snap.value("launch.sglang_model") or {}).get("speculative_draft_model_path"):
+        return NotApplicable("no --speculative-draft-model-path in the command")
+    if not sglang and not _spec(snap).get("model"):
         return NotApplicable("no drafter model in the speculative config")
     source = snap.get("drafter.source")
     if not source.ok:
@@ -84,7 +91,7 @@ def speculative_drafter_unreadable(snap):
     info = source.value or {}
     if info.get("kind") == "missing_local":
         return Fail(f"the drafter {info.get('given')!r} does not exist ({info.get('detail')})", ["drafter.source"],
-                    Fix("Give the drafter's directory or repo id in --speculative-config model."))
+                    Fix(f"Give the drafter's directory or repo id in {where}."))
     config = snap.get("drafter.config")
     if config.status == "error":
         return Fail(f"the drafter {info.get('given')!r}: {config.detail} ({config.source})", ["drafter.config", "drafter.source"],

@@ -135,7 +135,8 @@ def sglang_serve(*flags: str):
             "sglang/__init__.py": "", "sglang/version.py": '__version__ = "0.5.23"\n', "sglang/srt/server_args.py": SERVER_ARGS,
             "sglang/srt/arg_groups/fields/serving.py": SERVING, "sglang/srt/arg_groups/fields/model.py": MODEL,
             "sglang/srt/arg_groups/fields/schedule.py": SCHEDULE})
-        _, facts, _ = probe.inspect(["sglang", "serve", "Qwen/Qwen3-8B", *flags], environ={"PATH": ""}, own_paths=[str(site.path)])
+        _, facts, _ = probe.inspect(["sglang", "serve", "Qwen/Qwen3-8B", *flags], environ={"PATH": "", "GPUDOCTOR_HUB": "0"},
+                                    own_paths=[str(site.path)])  # never the real Hub
         snap = Snapshot.load(H200)
         snap.facts.update(facts)
         return snap
@@ -272,7 +273,7 @@ CASES = [
     Case("sglang-0.85", "GD724", sglang_serve("--mem-fraction-static", "0.85"), "pass"),
     Case("sglang-1.0", "GD724", sglang_serve("--mem-fraction-static=1"), "pass"),
     Case("sglang-85-meant-as-percent", "GD724", sglang_serve("--mem-frac", "85"), "fail", "error",
-         ("--mem-fraction-static 85 sizes the KV cache from more memory than is free",), commands=("--mem-fraction-static 0.85",)),
+         ("--mem-fraction-static 85 sizes the KV cache from more memory than is free",), commands=("--mem-frac 0.85",)),
     Case("sglang-zero", "GD724", sglang_serve("--mem-fraction-static", "0"), "fail", "error",
          ("leaves no GPU memory for the KV cache",)),
     Case("sglang-not-a-number", "GD724", sglang_serve("--mem-fraction-static", "high"), "unknown"),

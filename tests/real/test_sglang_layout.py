@@ -37,6 +37,14 @@ def test_the_fields_it_reads_are_sglangs_own():
         layout = sglang_args.parallel_layout(["Qwen/Qwen3-8B", *words], flags)
         assert (layout["gpus"], layout["highest"]) == (gpus, highest), (words, layout)
     assert sglang_args.mem_fraction(["m", "--mem-fraction-static", "0.88"], flags) == {"typed": "0.88", "value": 0.88, "defined": True}
+    # the model and speculative fields preflight reads (GD703, GD706, GD715, GD717), as 0.5.23 spells them
+    assert set(sglang_args.MODEL_FIELDS) <= set(flags["fields"].values())
+    settings = sglang_args.model_settings(["m", "--context-len", "32Ki", "--speculative-draft-model", "d", "--speculative-num-steps",
+                                            "3", "--trust-remote-code"], flags)
+    assert (settings["context_length"], settings["speculative_draft_model_path"], settings["speculative_num_steps"],
+            settings["trust_remote_code"]) == (32768, "d", 3, True)
+    assert sglang_args.spelled_as(["m", "--tp", "2", "--context-len", "4k", "--tp-size", "2"], flags) == {
+        "--tp": "--tp-size", "--context-len": "--context-length"}
 
 
 def test_an_older_layout_of_its_arguments_is_not_judged_with_defaults():

@@ -148,7 +148,7 @@ def _model_facts(prefix: str, given: Optional[str], environ: Dict[str, str], rev
             facts[f"{prefix}.weights"] = missing(ERROR, "; ".join(weights.get("problems") or ["no weights found"]),
                                                  resolved["path"], value=weights)
     elif kind == "hf_remote":
-        why = "not downloaded yet: vLLM downloads it at startup" + (" (but HF offline mode is on)" if resolved.get("offline") else "")
+        why = "not downloaded yet: the server downloads it at startup" + (" (but HF offline mode is on)" if resolved.get("offline") else "")
         facts[f"{prefix}.config"] = missing(ABSENT, why, "huggingface cache")
         facts[f"{prefix}.weights"] = missing(ABSENT, why, "huggingface cache")
     else:
@@ -175,7 +175,7 @@ def _hub_facts(prefix: str, resolved: Dict[str, Any], environ: Dict[str, str], r
         return facts
     fields = model_mod.config_fields(config)
     where = str(fetched.get("url"))
-    facts[f"{prefix}.config"] = ok(fields, where, "read from the Hub (not downloaded yet: vLLM downloads it at startup)")
+    facts[f"{prefix}.config"] = ok(fields, where, "read from the Hub (not downloaded yet: the server downloads it at startup)")
     index = fetched.get("index")
     estimate = model_mod.estimated_weight_bytes(fields)
     if isinstance(index, dict):
@@ -284,7 +284,11 @@ def inspect_command(command: Command, environ: Dict[str, str], python: Optional[
     facts["launch.env"] = ok(_masked_env(launch.env), source)
     if kind_guess == "sglang-serve":
         try:
-            facts.update(sglang_facts(program_argv, sglang_words, run_env, python, own_paths, timeout, deadline, source))
+            facts.update(sglang_facts(program_argv, sglang_words, run_env, python, own_paths, timeout, deadline, source, cwd))
+            spelled = facts.pop("launch.sglang_spelled", None)
+            if spelled is not None and spelled.ok and spelled.value:  # --tp typed for --tp-size: a fix edits --tp
+                command_fact = facts["launch.command"]
+                command_fact.value = dict(command_fact.value, aliases=dict(command_fact.value.get("aliases") or {}, **spelled.value))
         except Exception as exc:  # never let an odd SGLang tree take the doctor down
             debug.append(f"launch: reading SGLang's source raised:\n{traceback.format_exc()}")
             facts["launch.sglang"] = missing(ERROR, f"cannot read the installed SGLang: {type(exc).__name__}: {exc}", "sglang source")
@@ -371,9 +375,11 @@ def inspect_command(command: Command, environ: Dict[str, str], python: Optional[
 
 
 def sglang_facts(program_argv: Sequence[str], words: Sequence[str], environ: Dict[str, str], python: Optional[str],
-                 own_paths: Optional[List[str]], timeout: float, deadline: Optional[float], source: str) -> Dict[str, Fact]:
+                 own_paths: Optional[List[str]], timeout: float, deadline: Optional[float], source: str,
+                 cwd: Optional[str] = None) -> Dict[str, Fact]:
     """``launch.sglang`` (where the command's SGLang is), ``launch.model``, ``launch.port`` (its default read
-    from SGLang's source) and ``launch.unknown_flags`` for `sglang serve …` / `python -m sglang.launch_server …`."""
+    from SGLang's source), ``launch.unknown_flags`` for `sglang serve …` / `python -m sglang.launch_server …`,
+    and the model's and the drafter's config (``model.*``, ``drafter.*``) as for vLLM."""
     from gpudoctor.probes.launch import sglang_args
 
     facts: Dict[str, Fact] = {}
@@ -401,6 +407,16 @@ def sglang_facts(program_argv: Sequence[str], words: Sequence[str], environ: Dic
     layout = sglang_args.parallel_layout(words, read)
     facts["launch.sglang_parallel"] = ok(layout, source, "the GPUs this command's schedulers take, as SGLang places them")
     facts["launch.sglang_memory"] = ok(sglang_args.mem_fraction(words, read), source, "--mem-fraction-static as typed")
+    settings = sglang_args.model_settings(words, read)
+    facts["launch.sglang_model"] = ok(settings, source, "the model and speculative settings, as SGLang parses them")
+    facts["launch.sglang_spelled"] = ok(sglang_args.spelled_as(words, read), source)
+    revision = settings.get("revision") if isinstance(settings.get("revision"), str) else None
+    facts.update(_model_facts("model", model, environ, revision, None, cwd, "model"))
+    draft = settings.get("speculative_draft_model_path")
+    if isinstance(draft, str) and draft:
+        draft_revision = settings.get("speculative_draft_model_revision")
+        facts.update(_model_facts("drafter", draft, environ, draft_revision if isinstance(draft_revision, str) else None,
+                                  None, cwd, "drafter"))
     unknown = sglang_args.unknown_flags(words, known)
     if not positional and words and not words[0].startswith("-"):
         unknown.insert(0, {"flag": words[0], "as_typed": words[0], "suggestion": "--model-path " + words[0]})

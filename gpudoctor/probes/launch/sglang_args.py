@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 import difflib
 import os
+import re
+from decimal import Decimal
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 FIELDS_DIR = os.path.join("srt", "arg_groups", "fields")
@@ -253,3 +255,67 @@ def mem_fraction(words: Sequence[str], read: Dict[str, Any]) -> Dict[str, Any]:
     except ValueError:
         value = None  # argparse's float() refuses it: the parser's error, not judged here
     return {"typed": text, "value": value, "defined": "mem_fraction_static" in (read.get("fields") or {}).values()}
+
+
+# The fields preflight reads about the model and its drafter (sglang/srt/arg_groups/fields/model.py, spec.py).
+MODEL_FIELDS = ("context_length", "revision", "trust_remote_code", "speculative_algorithm", "speculative_draft_model_path",
+                "speculative_draft_model_revision", "speculative_num_steps", "speculative_eagle_topk",
+                "speculative_num_draft_tokens")
+_SI = {"k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
+_IEC = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+
+
+def human_readable_int(text: Optional[str]) -> Optional[int]:
+    """SGLang's ``--context-length`` parser (sglang/srt/utils/common.py human_readable_int): 4096,
+    32k (SI, decimals allowed: 25.6k), 128Ki (IEC, integers only), case-sensitive; None where it refuses."""
+    if text is None:
+        return None
+    found = _HUMAN_INT.fullmatch(text.strip())
+    if found:
+        number, suffix = found.groups()
+        if suffix in _IEC:
+            return None if "." in number else int(number) * _IEC[suffix]
+        return int(Decimal(number) * _SI[suffix])
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def model_settings(words: Sequence[str], read: Dict[str, Any]) -> Dict[str, Any]:
+    """What the command sets about the model and speculative decoding, by SGLang field name:
+    integers as SGLang parses them (None where its parser would refuse; ``typed`` keeps the text)."""
+    out: Dict[str, Any] = {"typed": {}}
+    for field in MODEL_FIELDS:
+        if field == "trust_remote_code":
+            spellings = [f for f, n in (read.get("fields") or {}).items() if n == field]
+            out[field] = any(_switch(words, read.get("flags") or [], s) for s in spellings)
+            continue
+        text = _field_value(words, read, field)
+        if text is None:
+            continue
+        out["typed"][field] = text
+        if field == "context_length":
+            out[field] = human_readable_int(text)
+        elif field.startswith("speculative_num") or field == "speculative_eagle_topk":
+            out[field] = int(text) if text.lstrip("-").isdigit() else None
+        else:
+            out[field] = text
+    return out
+
+
+def spelled_as(words: Sequence[str], read: Dict[str, Any]) -> Dict[str, str]:
+    """{flag as typed: the field's own flag} for each long flag typed in another spelling (an alias or
+    an argparse abbreviation: ``--tp`` -> ``--tp-size``), so a fix edits the flag where it was typed."""
+    fields = read.get("fields") or {}
+    primary: Dict[str, str] = {}
+    for flag, field in fields.items():
+        primary.setdefault(field, "--" + field.replace("_", "-") if ("--" + field.replace("_", "-")) in fields else flag)
+    out: Dict[str, str] = {}
+    for typed, _ in _option_words(words):
+        canonical, _ = match(typed, read.get("flags") or [])
+        field = fields.get(canonical or "")
+        if field and primary.get(field) and typed != primary[field]:
+            out[typed] = primary[field]
+    return out
