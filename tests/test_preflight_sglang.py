@@ -89,6 +89,18 @@ MODEL_MORE = '''
         Optional[str],
         "The specific model version to use. It can be a branch name, a tag name, or a commit id. If unspecified, will use the default version.",
     ] = None
+    dtype: A[
+        str,
+        Arg(
+            help="Data type for model weights and activations.",
+            choices=["auto", "half", "float16", "bfloat16", "float", "float32"],
+            resolvable=True,
+        ),
+    ] = "auto"
+    ep_dispatch_algorithm: A[
+        Optional[Literal["static", "dynamic", "fake", "lp"]],
+        "The algorithm to choose ranks for redundant experts in expert parallel.",
+    ] = None
 '''
 SPEC = '''class Spec(msgspec.Struct):
     _NS_PATH = "spec"
@@ -366,3 +378,20 @@ def test_a_missing_model_or_drafter_is_named_with_sglangs_flag(tmp_path):
     [finding] = outcome.findings
     assert "does not exist" in finding.message and "--speculative-draft-model-path" in finding.fix.summary
     assert judged(tmp_path / "c", "GD717")[1].status == "not_applicable"
+
+
+def test_values_sglangs_parser_refuses_are_blocked_in_its_words(tmp_path):
+    """GD701 for SGLang: types and choices of its fields, read from its source (the real parser's
+    verdicts on 474 commands are in tests/real/test_sglang_values_oracle.py)."""
+    _, outcome = judged(tmp_path / "a", "GD701", "--tp", "two", "--dtype", "bfloat17", "--context-length", "4kk",
+                        "--ep-dispatch-algorithm", "random", "--tp-size=-1")
+    messages = [f.message for f in outcome.findings]
+    assert messages[0] == ("--tp 'two': SGLang's parser exits with \"argument --tp-size/--tensor-parallel-size: invalid int value: "
+                           "'two'\" (a usage error, exit status 2) before anything starts")
+    assert "invalid choice: 'bfloat17' (choose from 'auto', 'half', 'float16', 'bfloat16', 'float', 'float32')" in messages[1]
+    assert "invalid human_readable_int value: '4kk'" in messages[2]
+    assert "invalid choice: 'random'" in messages[3]  # Optional[Literal[...]]: its choices
+    assert len(messages) == 4  # -1 is an int (the parser's range checks come later, not here)
+    _, outcome = judged(tmp_path / "b", "GD701", "--tp", "2", "--dtype", "bfloat16", "--context-length", "32Ki",
+                        "--ep-dispatch-algorithm", "lp")
+    assert outcome.status == "pass"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.rule import ERROR, Fail, Fix, NotApplicable, Unknown, rule
-from .common import _applies, _applies_server, _command_with, _engine
+from .common import _applies_server, _command_with, _engine
 
 # --- the rules ------------------------------------------------------------------------------------------
 @rule("GD701", "launch-command-invalid", severity=ERROR, area="launch")
@@ -39,10 +39,14 @@ def launch_command_invalid(snap):
       (vllm/engine/arg_utils.py).
     - https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py
     - https://github.com/vllm-project/vllm/blob/main/vllm/config/model.py
+    - SGLang: `add_cli_args_from_dataclass` (python/sglang/srt/arg_groups/arg_utils.py) gives each
+      field its argparse type and choices; gpudoctor/probes/launch/sglang_values.py reads them.
     """
-    skip = _applies(snap)
+    skip = _applies_server(snap)
     if skip:
         return skip
+    if snap.value("launch.kind") == "sglang-serve":
+        return _sglang_values(snap)
     entries = [e for e in snap.value("launch.errors") or [] if isinstance(e, dict)]
     errors = [e for e in entries if not e.get("condition")]
     unsure = [e for e in entries if e.get("condition")]
@@ -68,6 +72,21 @@ def launch_command_invalid(snap):
             fix = Fix(f"Give {flag} a valid {kind}." if kind else f"Correct the value of {flag} ({problem or 'see above'}).")
         fails.append(Fail(f"{flag}{shown}: {item.get('problem')}; vLLM refuses it before loading the model (a usage error, exit status 2, or a config validation error)",
                           [("launch.errors", item), "launch.command"], fix, subject=str(flag)))
+    return fails
+
+
+def _sglang_values(snap):
+    """GD701 for `sglang serve`: argparse refuses a value of a typed field before anything starts."""
+    errors = snap.get("launch.errors")
+    if not errors.ok:
+        return Unknown(f"the command's values were not read ({errors.describe()})")
+    fails = []
+    for item in [e for e in errors.value or [] if isinstance(e, dict)]:
+        flag = str(item.get("flag") or "argument")
+        fails.append(Fail(f"{flag} {str(item.get('value'))[:120]!r}: SGLang's parser exits with \"argument {item.get('argument') or flag}: "
+                          f"{item.get('problem')}\" (a usage error, exit status 2) before anything starts",
+                          [("launch.errors", item)],
+                          Fix(f"Give {flag} a value SGLang accepts (`sglang serve --help` lists them)."), subject=flag))
     return fails
 
 

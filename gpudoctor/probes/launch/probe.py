@@ -417,6 +417,9 @@ def sglang_facts(program_argv: Sequence[str], words: Sequence[str], environ: Dic
         draft_revision = settings.get("speculative_draft_model_revision")
         facts.update(_model_facts("drafter", draft, environ, draft_revision if isinstance(draft_revision, str) else None,
                                   None, cwd, "drafter"))
+    from gpudoctor.probes.launch.sglang_values import value_errors
+
+    facts["launch.errors"] = ok(value_errors(words, read), source, "values SGLang's parser refuses (types and choices of its fields)")
     unknown = sglang_args.unknown_flags(words, known)
     if not positional and words and not words[0].startswith("-"):
         unknown.insert(0, {"flag": words[0], "as_typed": words[0], "suggestion": "--model-path " + words[0]})

@@ -17,9 +17,10 @@ from __future__ import annotations
 import ast
 import difflib
 import os
-import re
-from decimal import Decimal
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from gpudoctor.probes.launch import sglang_values
+from gpudoctor.probes.launch.sglang_values import human_readable_int, match  # noqa: F401  (preflight's names for them)
 
 FIELDS_DIR = os.path.join("srt", "arg_groups", "fields")
 SERVER_ARGS = os.path.join("srt", "server_args.py")
@@ -80,9 +81,11 @@ def read_flags(package: str) -> Dict[str, Any]:
     flags: Dict[str, Optional[str]] = {}
     defaults: Dict[str, Any] = {}
     field_defaults: Dict[str, Any] = {}
+    values: Dict[str, Any] = {}
     files: List[str] = []
     problems: List[str] = []
     directory = os.path.join(package, FIELDS_DIR)
+    lists = sglang_values.choice_lists(package, _read)
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".py"))
     except OSError as exc:
@@ -108,6 +111,9 @@ def read_flags(package: str) -> Dict[str, Any]:
                 found = _field_flags(item.target.id, meta)
                 for flag in found:
                     flags[flag] = item.target.id
+                spec = sglang_values.value_spec(item.annotation, meta, lists) if found else None
+                if spec:
+                    values[item.target.id] = spec
                 if found and isinstance(item.value, ast.Constant):
                     defaults[found[0]] = item.value.value
                     field_defaults[item.target.id] = item.value.value
@@ -129,7 +135,7 @@ def read_flags(package: str) -> Dict[str, Any]:
     for flag in SERVE_ONLY + ARGPARSE:
         flags.setdefault(flag, None)
     return {"flags": sorted(flags), "defaults": defaults, "fields": {f: n for f, n in flags.items() if n},
-            "field_defaults": field_defaults, "files": files, "problems": problems}
+            "field_defaults": field_defaults, "values": values, "files": files, "problems": problems}
 
 
 def _option_words(words: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
@@ -143,19 +149,6 @@ def _option_words(words: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
         flag, _, value = word.partition("=")
         out.append((flag, value if "=" in word else None))
     return out
-
-
-def match(flag: str, known: Sequence[str]) -> Tuple[Optional[str], List[str]]:
-    """(the flag argparse takes ``flag`` for, or None; the candidates when it is an ambiguous prefix)."""
-    if flag in known:
-        return flag, []
-    if flag.startswith("--"):
-        starts = [k for k in known if k.startswith(flag)]
-        if len(starts) == 1:
-            return starts[0], []
-        if starts:
-            return None, starts
-    return None, []
 
 
 def unknown_flags(words: Sequence[str], known: Sequence[str]) -> List[Dict[str, Any]]:
@@ -261,26 +254,6 @@ def mem_fraction(words: Sequence[str], read: Dict[str, Any]) -> Dict[str, Any]:
 MODEL_FIELDS = ("context_length", "revision", "trust_remote_code", "speculative_algorithm", "speculative_draft_model_path",
                 "speculative_draft_model_revision", "speculative_num_steps", "speculative_eagle_topk",
                 "speculative_num_draft_tokens")
-_SI = {"k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
-_IEC = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
-_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
-
-
-def human_readable_int(text: Optional[str]) -> Optional[int]:
-    """SGLang's ``--context-length`` parser (sglang/srt/utils/common.py human_readable_int): 4096,
-    32k (SI, decimals allowed: 25.6k), 128Ki (IEC, integers only), case-sensitive; None where it refuses."""
-    if text is None:
-        return None
-    found = _HUMAN_INT.fullmatch(text.strip())
-    if found:
-        number, suffix = found.groups()
-        if suffix in _IEC:
-            return None if "." in number else int(number) * _IEC[suffix]
-        return int(Decimal(number) * _SI[suffix])
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
 
 
 def model_settings(words: Sequence[str], read: Dict[str, Any]) -> Dict[str, Any]:
