@@ -47,8 +47,16 @@ def test_the_fields_it_reads_are_sglangs_own():
         "--tp": "--tp-size", "--context-len": "--context-length"}
 
 
-def test_an_older_layout_of_its_arguments_is_not_judged_with_defaults():
-    flags = read("0.5.17")
-    layout = sglang_args.parallel_layout(["m", "--tp", "8"], flags)
-    assert layout["gpus"] is None and "could not be read" in layout["why"]
-    assert sglang_args.mem_fraction(["m", "--mem-fraction-static", "85"], flags)["defined"] is False
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.12"])
+def test_the_older_layouts_of_its_arguments_are_read_too(version):
+    """0.5.17 declares ``A[…]`` fields on ServerArgs in server_args.py, 0.5.12 ``parser.add_argument`` calls
+    (its from_cli_args renames tensor_parallel_size to tp_size): both read, with the defaults in their source."""
+    flags = read(version)
+    assert flags["problems"] == [] and len(flags["flags"]) > 350
+    assert {k: flags["field_defaults"][k] for k in ("tp_size", "pp_size", "dp_size", "nnodes", "base_gpu_id", "gpu_id_step")} == {
+        "tp_size": 1, "pp_size": 1, "dp_size": 1, "nnodes": 1, "base_gpu_id": 0, "gpu_id_step": 1}
+    assert flags["defaults"]["--port"] == 30000
+    layout = sglang_args.parallel_layout(["m", "--tensor-parallel-size", "4", "--dp", "2"], flags)
+    assert (layout["gpus"], layout["highest"]) == (8, 7), layout
+    assert sglang_args.mem_fraction(["m", "--mem-fraction-static", "85"], flags) == {"typed": "85", "value": 85.0, "defined": True}
+    assert sglang_args.model_settings(["m", "--context-length", "32k"], flags)["context_length"] == 32000

@@ -26,12 +26,19 @@ from gpudoctor.probes.launch import sglang_args, sglang_values  # noqa: E402
 pytestmark = pytest.mark.real
 
 VERSION = "0.5.23"
+# 0.5.17 and 0.5.12 (flags on ServerArgs, add_argument calls; read by tests/real/test_sglang_layout.py) cannot be
+# oracles here: their server_args imports torchvision.io at import time, and no CPU torchvision for CPU torch
+# 2.13 is on the indexes these machines reach (PyPI's is CUDA-built: "operator torchvision::nms does not exist").
+RELEASES = ("0.5.23",)
 CPU_TORCH = "2.13.0"
 
 ORACLE = r'''
 import argparse, json
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.common import human_readable_int
+try:
+    from sglang.srt.utils.common import human_readable_int
+except ImportError:  # older releases
+    from sglang.srt.utils import human_readable_int
 
 class Refused(Exception):
     pass
@@ -75,14 +82,14 @@ print(json.dumps({"commands": commands, "verdicts": verdicts}))
 '''
 
 
-def oracle_answers():
+def oracle_answers(version=VERSION):
     digest = hashlib.sha256(ORACLE.encode()).hexdigest()[:12]
-    cache = realenv.CACHE / "oracle" / f"sglang-values-{VERSION}-{digest}.json"
+    cache = realenv.CACHE / "oracle" / f"sglang-values-{version}-{digest}.json"
     if cache.exists():
         return json.loads(cache.read_text())
     import subprocess
 
-    python = realenv.parser_venv(VERSION, engine="sglang", torch=CPU_TORCH)
+    python = realenv.parser_venv(version, engine="sglang", torch=CPU_TORCH)
     try:
         done = subprocess.run([str(python), "-c", ORACLE], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -96,9 +103,10 @@ def oracle_answers():
     return answers
 
 
-def test_gpudoctor_blocks_the_values_sglangs_parser_refuses_and_no_other():
-    answers = oracle_answers()
-    python = realenv.release_venv(VERSION, engine="sglang")
+@pytest.mark.parametrize("version", RELEASES)
+def test_gpudoctor_blocks_the_values_sglangs_parser_refuses_and_no_other(version):
+    answers = oracle_answers(version)
+    python = realenv.release_venv(version, engine="sglang")
     package = Path(str(python)).parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages" / "sglang"
     read = sglang_args.read_flags(str(package))
     assert read["problems"] == []

@@ -19,7 +19,7 @@ import difflib
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gpudoctor.probes.launch import sglang_values
+from gpudoctor.probes.launch import sglang_args_legacy as legacy, sglang_values
 from gpudoctor.probes.launch.sglang_values import human_readable_int, match  # noqa: F401  (preflight's names for them)
 
 FIELDS_DIR = os.path.join("srt", "arg_groups", "fields")
@@ -77,65 +77,69 @@ def _field_flags(name: str, meta: ast.AST) -> List[str]:
 
 
 def read_flags(package: str) -> Dict[str, Any]:
-    """{"flags": sorted flag names, "defaults": {flag: literal default}, "files", "problems"} of an installed SGLang."""
-    flags: Dict[str, Optional[str]] = {}
-    defaults: Dict[str, Any] = {}
-    field_defaults: Dict[str, Any] = {}
-    values: Dict[str, Any] = {}
-    files: List[str] = []
-    problems: List[str] = []
-    directory = os.path.join(package, FIELDS_DIR)
+    """{"flags": sorted flag names, "defaults": {flag: literal default}, "fields": {flag: field}, "field_defaults",
+    "values": {field: value spec}, "files", "problems"} of an installed SGLang, in any of its three layouts:
+    fields in ``srt/arg_groups/fields/*.py`` (0.5.18 on), ``A[…]`` fields of ``ServerArgs`` in
+    ``srt/server_args.py`` (0.5.17), or ``parser.add_argument`` calls there (0.5.12 and before)."""
+    out: Dict[str, Any] = {"flags": {}, "defaults": {}, "field_defaults": {}, "values": {}, "files": [], "problems": []}
     lists = sglang_values.choice_lists(package, _read)
+    directory = os.path.join(package, FIELDS_DIR)
     try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".py"))
-    except OSError as exc:
-        return {"flags": [], "defaults": {}, "fields": {}, "field_defaults": {}, "files": [],
-                "problems": [f"{FIELDS_DIR}: {exc.strerror or exc}"]}
-    for name in names:
-        text = _read(os.path.join(directory, name))
-        try:
-            tree = ast.parse(text or "")
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-            problems.append(f"{name}: {type(exc).__name__}")
-            continue
-        files.append(f"sglang/srt/arg_groups/fields/{name}")
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.ClassDef):
-                continue
-            for item in node.body:
-                if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
-                    continue
-                meta = _annotated_meta(item.annotation)
-                if meta is None:
-                    continue
-                found = _field_flags(item.target.id, meta)
-                for flag in found:
-                    flags[flag] = item.target.id
-                spec = sglang_values.value_spec(item.annotation, meta, lists) if found else None
-                if spec:
-                    values[item.target.id] = spec
-                if found and isinstance(item.value, ast.Constant):
-                    defaults[found[0]] = item.value.value
-                    field_defaults[item.target.id] = item.value.value
-    text = _read(os.path.join(package, SERVER_ARGS))
-    if text is None:
-        problems.append("sglang/srt/server_args.py not readable")
-    else:
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-            tree = None
-            problems.append(f"server_args.py: {type(exc).__name__}")
-        for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
-                for arg in node.args:
-                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("-"):
-                        flags[arg.value] = None
-        files.append("sglang/srt/server_args.py")
+        names: Optional[List[str]] = sorted(n for n in os.listdir(directory) if n.endswith(".py"))
+    except OSError:
+        names = None  # an older layout: everything is in server_args.py
+    for name in names or []:
+        tree = _parse(os.path.join(directory, name), name, out["problems"])
+        if tree is not None:
+            out["files"].append(f"sglang/srt/arg_groups/fields/{name}")
+            _annotated_fields(tree, lists, out)
+    tree = _parse(os.path.join(package, SERVER_ARGS), "sglang/srt/server_args.py", out["problems"])
+    if tree is not None:
+        out["files"].append("sglang/srt/server_args.py")
+        if names is None:
+            _annotated_fields(tree, lists, out)
+        legacy.add_argument_flags(tree, dict(lists, **legacy.module_lists(tree)), out)
+    if not any(field for field in out["flags"].values()):
+        out["problems"].append("no argument definitions found (neither srt/arg_groups/fields nor server_args.py)")
+    flags = out["flags"]
     for flag in SERVE_ONLY + ARGPARSE:
         flags.setdefault(flag, None)
-    return {"flags": sorted(flags), "defaults": defaults, "fields": {f: n for f, n in flags.items() if n},
-            "field_defaults": field_defaults, "values": values, "files": files, "problems": problems}
+    return {"flags": sorted(flags), "defaults": out["defaults"], "fields": {f: n for f, n in flags.items() if n},
+            "field_defaults": out["field_defaults"], "values": out["values"], "files": out["files"], "problems": out["problems"]}
+
+
+def _parse(path: str, name: str, problems: List[str]) -> Optional[ast.AST]:
+    text = _read(path)
+    if text is None:
+        problems.append(f"{name} not readable")
+        return None
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        problems.append(f"{name}: {type(exc).__name__}")
+        return None
+
+
+def _annotated_fields(tree: ast.AST, lists: Dict[str, List[Any]], out: Dict[str, Any]) -> None:
+    """The ``name: A[T, "help" | Arg(…)] = default`` fields of every class in ``tree``."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+                continue
+            meta = _annotated_meta(item.annotation)
+            if meta is None:
+                continue
+            found = _field_flags(item.target.id, meta)
+            for flag in found:
+                out["flags"][flag] = item.target.id
+            spec = sglang_values.value_spec(item.annotation, meta, lists) if found else None
+            if spec:
+                out["values"][item.target.id] = spec
+            if found and isinstance(item.value, ast.Constant):
+                out["defaults"][found[0]] = item.value.value
+                out["field_defaults"][item.target.id] = item.value.value
 
 
 def _option_words(words: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
