@@ -124,6 +124,13 @@ def flash_attn_variant_unsupported_gpu(snap):
     (GD405). The uninstall is also a typed action: `gpudoctor fix` carries it out with the
     environment's own pip, keeps the files aside, verifies and puts them back on any failure.
 
+    ## References
+    - https://github.com/Dao-AILab/flash-attention/issues/762;
+      https://pypi.org/project/sglang/0.5.23/ (Requires-Dist: flash-attn-4>=4.0.0b18);
+      https://github.com/vllm-project/vllm/issues/8189,
+      https://github.com/vllm-project/vllm/issues/13766,
+      https://github.com/vllm-project/vllm/issues/12429.
+
     ## Severity
     error when the variant cannot run on the GPU and nothing installed here avoids it (FA2 below
     8.0, FA3 off Hopper without an SM80 path, FA4 below 8.0, with no vLLM: the code that
@@ -132,13 +139,6 @@ def flash_attn_variant_unsupported_gpu(snap):
     the engine here: vLLM's attention never imports these distributions (it uses its bundled
     `vllm.vllm_flash_attn`), so the server starts and only other code that imports the
     variant would fail.
-
-    ## References
-    - https://github.com/Dao-AILab/flash-attention/issues/762;
-      https://pypi.org/project/sglang/0.5.23/ (Requires-Dist: flash-attn-4>=4.0.0b18);
-      https://github.com/vllm-project/vllm/issues/8189,
-      https://github.com/vllm-project/vllm/issues/13766,
-      https://github.com/vllm-project/vllm/issues/12429.
     """
     installed = [v for v in variants(snap) if v.get("variant") in ("fa2", "fa3", "fa4")]
     if not installed:
