@@ -479,6 +479,7 @@ def test_unreadable_file(tmp_path):
         work.chmod(0o755)
         shutil.copy(Path(fatbin.__file__), work / "fatbin_probe.py")
         shutil.copy(Path(fatbin.__file__).with_name("elf.py"), work / "elf.py")  # the ELF reader it uses
+        shutil.copy(Path(fatbin.__file__).with_name("fatbin_result.py"), work / "fatbin_result.py")  # and its result type
         locked = work / "locked.so"
         shutil.copy(PTX90, locked)
         locked.chmod(0)
@@ -801,9 +802,11 @@ def _imports(path):
 
 
 def test_module_is_stdlib_only_and_python38_syntax():
-    stdlib = {"json", "os", "stat", "struct", "sys", "dataclasses", "typing", "importlib.util"}
-    # Its one gpudoctor import is the ELF reader, itself stdlib-only (loaded beside it in --python's child).
-    assert _imports(fatbin.__file__) <= stdlib | {"gpudoctor.probes.elf"}, _imports(fatbin.__file__)
+    stdlib = {"json", "os", "stat", "struct", "sys", "dataclasses", "typing", "importlib", "importlib.util"}
+    # Its gpudoctor imports are the ELF reader and its result type, both stdlib-only (loaded beside it in --python's child).
+    siblings = {"gpudoctor.probes.elf", "gpudoctor.probes.fatbin_result"}
+    assert _imports(fatbin.__file__) <= stdlib | siblings, _imports(fatbin.__file__)
+    assert _imports(Path(fatbin.__file__).with_name("fatbin_result.py")) <= {"typing"}
     # io and os: a plain file is read with os.pread (one system call per read, not two).
     assert _imports(Path(fatbin.__file__).with_name("elf.py")) <= {"io", "os", "struct", "typing"}
 

@@ -21,7 +21,7 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from gpudoctor import bounded, runner
-from gpudoctor.probes import coldstart, dist_records, dynamic_loader, elf, fatbin, flash_attn, forks, gitfiles, kernel_scan, pyenv, scancache, sglang_kernels, torch_links, vllm_build, vllm_kernels
+from gpudoctor.probes import coldstart, dist_records, dynamic_loader, elf, fatbin, fatbin_result, flash_attn, forks, gitfiles, kernel_scan, pyenv, scancache, sglang_kernels, torch_links, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
@@ -107,6 +107,7 @@ def _lazy(name, source, dists, dirs, empty, needs=()):
     collect.__module__ = name
     return collect
 _elf = _load("gpudoctor_elf", {elf})
+_load("gpudoctor_fatbin_result", {fatbin_result})
 _fatbin = _load("gpudoctor_fatbin", {fatbin})
 _load("gpudoctor_forks", {forks})
 _load("gpudoctor_coldstart", {coldstart})
@@ -136,11 +137,11 @@ def _source(module) -> str:
 
 
 def bootstrap(environ=None) -> str:
-    """The ``-c`` program: the stdlib probe modules (elf, fatbin, forks, coldstart, pyenv, scancache, dist_records, kernel_scan, dynamic_loader, torch_links; flash_attn,
+    """The ``-c`` program: the stdlib probe modules (elf, fatbin_result, fatbin, forks, coldstart, pyenv, scancache, dist_records, kernel_scan, dynamic_loader, torch_links; flash_attn,
     vllm_build with gitfiles, vllm_kernels and sglang_kernels when needed) as modules, then pyenv.main."""
     where = scancache.cache_dir(os.environ if environ is None else environ)
     code_dir = os.path.join(where, "probe-code") if where else ""
-    return _BOOTSTRAP.format(code_dir=ascii(code_dir), elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)),
+    return _BOOTSTRAP.format(code_dir=ascii(code_dir), elf=ascii(_source(elf)), fatbin_result=ascii(_source(fatbin_result)), fatbin=ascii(_source(fatbin)),
                              forks=ascii(_source(forks)), coldstart=ascii(_source(coldstart)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)), dist_records=ascii(_source(dist_records)),
                              kernel_scan=ascii(_source(kernel_scan)), torch_links=ascii(_source(torch_links)),
                              dynamic_loader=ascii(_source(dynamic_loader)),
@@ -151,7 +152,7 @@ def bootstrap(environ=None) -> str:
 
 
 # The modules of _BOOTSTRAP, by the names it loads them under.
-_BOOTSTRAPPED = (("gpudoctor_elf", elf), ("gpudoctor_fatbin", fatbin), ("gpudoctor_forks", forks), ("gpudoctor_coldstart", coldstart),
+_BOOTSTRAPPED = (("gpudoctor_elf", elf), ("gpudoctor_fatbin_result", fatbin_result), ("gpudoctor_fatbin", fatbin), ("gpudoctor_forks", forks), ("gpudoctor_coldstart", coldstart),
                  ("gpudoctor_pyenv", pyenv), ("gpudoctor_scancache", scancache), ("gpudoctor_dist_records", dist_records),
                  ("gpudoctor_kernel_scan", kernel_scan),
                  ("gpudoctor_dynamic_loader", dynamic_loader), ("gpudoctor_torch_links", torch_links), ("gpudoctor_flash_attn", flash_attn), ("gpudoctor_vllm_build", vllm_build),
