@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from gpudoctor.gpu_table import override_snapshot, parse_spec
-from gpudoctor.probes import fatbin, flash_attn, pyenv, pystack, vllm_build
+from gpudoctor.probes import fatbin, flash_attn, pyenv_collect, pystack, vllm_build
 from gpudoctor.snapshot import Fact, Snapshot, ok
 from test_pystack_env import FA2_SO, SM80_SM90_PTX90, TORCH_VERSION_PY, SitePackages
 
@@ -164,7 +164,7 @@ def collect(paths, environ=None, options=None):
     environ = dict({"PATH": ""} if environ is None else environ)
     if os.environ.get("GPUDOCTOR_CACHE_DIR"):  # the session's scan cache (conftest), never the user's ~/.cache
         environ.setdefault("GPUDOCTOR_CACHE_DIR", os.environ["GPUDOCTOR_CACHE_DIR"])
-    return pyenv.collect_plain([str(p) for p in paths], "stack", fatbin.scan,
+    return pyenv_collect.collect_plain([str(p) for p in paths], "stack", fatbin.scan,
                                [flash_attn.collect_plain, vllm_build.collect_plain],
                                pystack.probe_options() if options is None else options, environ)
 

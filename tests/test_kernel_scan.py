@@ -423,7 +423,7 @@ def test_the_python_probe_and_the_doctor_share_the_file_of_the_inspected_environ
 
 
 def test_two_threads_asking_for_the_shared_cache_get_the_same_one(tmp_path, monkeypatch):
-    """The kernel scan's thread and the RECORD checks ask at the same moment (pyenv.collect_plain);
+    """The kernel scan's thread and the RECORD checks ask at the same moment (pyenv_collect.collect_plain);
     two objects would each keep half of what was found (test_vllm_kernels lost its entry so)."""
     import threading
     import time as _time

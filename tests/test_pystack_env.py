@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.probes import fatbin, pyenv, pystack
+from gpudoctor.probes import fatbin, pyenv_collect, pystack
 
 REPO = Path(__file__).resolve().parent.parent
 GROUND = REPO / "tests" / "fixtures" / "ground_truth" / "h200"
@@ -111,7 +111,7 @@ def venv_site(venv: Path) -> Path:
 
 
 def collect(site, **kwargs):
-    return pyenv.collect_plain([str(site)], kwargs.pop("record", "stack"), kwargs.pop("scanner", fatbin.scan))
+    return pyenv_collect.collect_plain([str(site)], kwargs.pop("record", "stack"), kwargs.pop("scanner", fatbin.scan))
 
 
 def values(facts):
@@ -249,7 +249,7 @@ def test_duplicates_in_one_directory_and_across_the_path(site, tmp_path):
     user = SitePackages(tmp_path / "user-site")
     user.dist("transformers", "4.0.0")
     site.dist("transformers", "5.17.0")
-    facts = pyenv.collect_plain([str(site.path), str(user.path)], "none", fatbin.scan)
+    facts = pyenv_collect.collect_plain([str(site.path), str(user.path)], "none", fatbin.scan)
     dupes = facts["packages.duplicates"]["value"]
     assert [c["version"] for c in dupes["torch"]] == ["2.11.0", "2.10.0"]  # the newer install first
     assert facts["packages.dists"]["value"]["torch"]["version"] == "2.11.0"
@@ -294,10 +294,10 @@ def test_symlink_loops_in_site_packages(site):
 
 
 def test_unreadable_path_entry(tmp_path):
-    facts = pyenv.collect_plain([str(tmp_path / "does-not-exist"), str(tmp_path / "a-file")], "stack", fatbin.scan)
+    facts = pyenv_collect.collect_plain([str(tmp_path / "does-not-exist"), str(tmp_path / "a-file")], "stack", fatbin.scan)
     assert facts["packages.dists"]["value"] == {}
     (tmp_path / "a-file").write_text("x")
-    facts = pyenv.collect_plain([str(tmp_path / "a-file")], "stack", fatbin.scan)
+    facts = pyenv_collect.collect_plain([str(tmp_path / "a-file")], "stack", fatbin.scan)
     assert facts["packages.unreadable"]["value"] == []
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.probes import fatbin, pyenv
+from gpudoctor.probes import fatbin, pyenv_collect
 from gpudoctor.snapshot import Fact, Snapshot, ok
 from helpers import outcome
 
@@ -28,7 +28,7 @@ def snapshot_of(site: SitePackages, record: str = "stack", **facts) -> Snapshot:
     snap = Snapshot.load(str(H200))
     for path in [p for p in snap.facts if p.startswith(("torch.", "python."))]:
         del snap.facts[path]
-    plain = pyenv.collect_plain([str(site.path)], record, fatbin.scan)
+    plain = pyenv_collect.collect_plain([str(site.path)], record, fatbin.scan)
     snap.facts.update({path: Fact.from_json(data) for path, data in plain.items()})
     for path, value in facts.items():
         snap.facts[path.replace("__", ".")] = value if isinstance(value, Fact) else ok(value, "test")
@@ -163,7 +163,7 @@ def test_gd504_across_the_path_only_for_the_stack(tmp_path):
     user.dist("torch", "2.9.0")
     user.dist("six", "1.16.0")
     snap = Snapshot.load(str(H200))
-    plain = pyenv.collect_plain([str(venv.path), str(user.path)], "stack", fatbin.scan)
+    plain = pyenv_collect.collect_plain([str(venv.path), str(user.path)], "stack", fatbin.scan)
     snap.facts.update({path: Fact.from_json(data) for path, data in plain.items()})
     assert set(plain["packages.duplicates"]["value"]) == {"torch", "six"}
     [finding] = outcome(snap, "GD504").findings

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.knowledge.cxx_symbols import abi_hint, demangle
-from gpudoctor.probes import fatbin, pyenv, scancache, torch_links
+from gpudoctor.probes import fatbin, pyenv_collect, scancache, torch_links
 
 from test_pystack_env import TORCH_VERSION_PY, SitePackages
 from test_pystack_rules import snapshot_of
@@ -72,7 +72,7 @@ def install(site: SitePackages, lib: Path, name: str, version: str, symbols, *ex
 
 
 def extensions_fact(site: SitePackages) -> dict:
-    facts = pyenv.collect_plain([str(site.path)], "stack", fatbin.scan)
+    facts = pyenv_collect.collect_plain([str(site.path)], "stack", fatbin.scan)
     fact = facts["torch.extensions"]
     assert fact["status"] == "ok", fact
     return fact["value"]
