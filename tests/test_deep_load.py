@@ -21,7 +21,7 @@ import pytest
 from gpudoctor.probes import Context, deep_load, fatbin
 from gpudoctor.snapshot import Snapshot
 
-from test_pystack_env import SM86, SitePackages, make_venv, venv_site
+from fakes.site_packages import SM86, SitePackages, make_venv, venv_site
 from test_python_option_e2e import gd
 
 LOADER = Path(__file__).resolve().parent / "fixtures" / "loader"

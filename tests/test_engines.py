@@ -9,7 +9,7 @@ from __future__ import annotations
 from flash_attn_trees import fa4, sglang, snapshot, torch_site, vllm
 from gpudoctor.render import headlines
 from gpudoctor.report_sections import version_rows
-from test_pystack_env import SitePackages
+from fakes.site_packages import SitePackages
 from gpudoctor_rules import engines
 
 

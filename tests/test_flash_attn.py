@@ -15,7 +15,7 @@ from gpudoctor.probes import flash_attn as probe
 from gpudoctor.snapshot import ok
 from helpers import findings, outcome
 from flash_attn_trees import (EXT_OLD, ROTARY_GUARDED, TORCHABI, collect, fa2, fa4, sglang, snapshot, torch_site, vllm)
-from test_pystack_env import FA2_SO, SM86, SitePackages
+from fakes.site_packages import FA2_SO, SM86, SitePackages
 
 PY = shlex.quote(sys.executable)
 CP = "cp%d%d" % sys.version_info[:2]

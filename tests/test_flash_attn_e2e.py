@@ -16,7 +16,7 @@ import pytest
 from gpudoctor.render import headlines
 from gpudoctor.snapshot import Snapshot
 from flash_attn_trees import EXT_GOOD, EXT_OLD, fa2, fa4, torch_site, vllm
-from test_pystack_env import SitePackages, make_venv, venv_site
+from fakes.site_packages import SitePackages, make_venv, venv_site
 from helpers import private_env
 from test_python_option_e2e import findings, gd, outcome
 

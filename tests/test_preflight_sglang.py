@@ -15,7 +15,7 @@ from gpudoctor.gates import preflight_notes
 from gpudoctor.probes.launch import parser, probe, sglang_args
 from gpudoctor.render.launch import headline
 from gpudoctor.snapshot import Snapshot, ok
-from test_pystack_env import SitePackages
+from fakes.site_packages import SitePackages
 
 SERVING = '''from __future__ import annotations
 

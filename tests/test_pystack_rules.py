@@ -1,6 +1,6 @@
 """GD5xx (area "vllm", Python stack) on the H200 snapshot plus facts probed from real environments.
 
-Environments are built with test_pystack_env.SitePackages (real dist-info folders, the real
+Environments are built with fakes/site_packages.SitePackages (real dist-info folders, the real
 torch/version.py text, nvcc-built ELF fixtures) and read by the real probe; the facts it
 returns are put into the H200 snapshot (real GPU and driver facts) and the rules judge them.
 """
@@ -13,7 +13,7 @@ from gpudoctor.probes import fatbin, pyenv_collect
 from gpudoctor.snapshot import Fact, Snapshot, ok
 from helpers import outcome
 
-from test_pystack_env import FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages
+from fakes.site_packages import FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"

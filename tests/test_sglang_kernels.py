@@ -16,7 +16,7 @@ from gpudoctor.engine import run_rules
 from gpudoctor.probes import fatbin, pyenv_collect, scancache, sglang_kernels
 from gpudoctor.snapshot import Fact, Snapshot, ok
 
-from test_pystack_env import SM86, SitePackages
+from fakes.site_packages import SM86, SitePackages
 
 REPO = Path(__file__).resolve().parent.parent
 FATBIN = REPO / "tests" / "fixtures" / "fatbin"

@@ -22,7 +22,7 @@ import pytest
 from gpudoctor.probes import dynamic_loader, elf
 
 from test_pystack_rules import snapshot_of
-from test_pystack_env import SitePackages
+from fakes.site_packages import SitePackages
 from test_torch_links import CPU_TORCH, CXX11, cc, extensions_fact, libc10
 from helpers import findings, outcome
 

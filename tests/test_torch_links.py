@@ -18,7 +18,7 @@ import pytest
 from gpudoctor.knowledge.cxx_symbols import abi_hint, demangle
 from gpudoctor.probes import fatbin, pyenv_collect, scancache, torch_links
 
-from test_pystack_env import TORCH_VERSION_PY, SitePackages
+from fakes.site_packages import TORCH_VERSION_PY, SitePackages
 from test_pystack_rules import snapshot_of
 from helpers import findings, outcome
 

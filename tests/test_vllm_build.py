@@ -20,7 +20,7 @@ from gpudoctor.probes import vllm_build as probe
 from gpudoctor.render import headlines
 from helpers import findings, outcome
 from flash_attn_trees import collect, snapshot, torch_site, vllm
-from test_pystack_env import SitePackages, make_venv, venv_site
+from fakes.site_packages import SitePackages, make_venv, venv_site
 from test_python_option_e2e import findings as doc_findings
 from test_python_option_e2e import gd
 

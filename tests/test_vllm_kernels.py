@@ -16,7 +16,7 @@ from gpudoctor.engine import run_rules
 from gpudoctor.probes import fatbin, pyenv_collect, scancache, vllm_kernels
 from gpudoctor.snapshot import Fact, Snapshot, ok
 
-from test_pystack_env import SM86, SitePackages
+from fakes.site_packages import SM86, SitePackages
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = REPO / "tests" / "fixtures" / "fatbin" / "libvariants.so"  # nvcc 13.5, see cuobjdump.txt there

@@ -128,7 +128,7 @@ def sglang_serve(*flags: str):
     def build(tmp):
         from gpudoctor.probes.launch import probe
         from test_preflight_sglang import MODEL, SERVER_ARGS, SERVING
-        from test_pystack_env import SitePackages
+        from fakes.site_packages import SitePackages
 
         site = SitePackages(tmp / "site")
         site.dist("sglang", "0.5.23", files={

@@ -11,7 +11,7 @@ import json
 
 from cases import Case
 from flash_attn_trees import DFLASH_BEFORE_46104, RUNNER_BEFORE_40727, snapshot, torch_site, vllm
-from test_pystack_env import SitePackages
+from fakes.site_packages import SitePackages
 from test_vllm_build import SHA, install_editable, make_checkout
 
 NEW_RUNNER = {
