@@ -7,6 +7,8 @@ can use are in conftest.py. A helper used by two test files belongs here, not in
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -14,6 +16,22 @@ from gpudoctor import registry
 from gpudoctor.engine import run_rules
 from gpudoctor.rule import Outcome
 from gpudoctor.snapshot import Snapshot
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def gd(*args: str, prefix=(), timeout: float = 120) -> "subprocess.CompletedProcess[str]":
+    """``python -m gpudoctor ARGS`` in a fresh process (this interpreter, the repository as its working
+    directory, no PYTHONPATH or NO_COLOR of the test run); a traceback in its output fails the test."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NO_COLOR")}
+    env["PYTHONIOENCODING"] = "utf-8"
+    proc = subprocess.run(
+        [*prefix, sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True, text=True, encoding="utf-8", env=env, cwd=str(REPO), stdin=subprocess.DEVNULL, timeout=timeout,
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    return proc
 
 
 def private_env(**variables: str) -> Dict[str, str]:

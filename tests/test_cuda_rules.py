@@ -16,7 +16,7 @@ from gpudoctor.probes import Context, cuda, fatbin
 from gpudoctor.snapshot import Fact, Snapshot, missing, ok
 from helpers import outcome
 
-from test_cuda_probe import GCC_13, NVCC_12_4, NVCC_13_0, executable, toolkit
+from fakes.cuda_toolkit import GCC_13, NVCC_12_4, NVCC_13_0, executable, toolkit
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"

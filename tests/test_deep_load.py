@@ -22,7 +22,7 @@ from gpudoctor.probes import Context, deep_load, fatbin
 from gpudoctor.snapshot import Snapshot
 
 from fakes.site_packages import SM86, SitePackages, make_venv, venv_site
-from test_python_option_e2e import gd
+from helpers import gd
 
 LOADER = Path(__file__).resolve().parent / "fixtures" / "loader"
 CUDART12 = LOADER / "libk_sm86_cudart12.so"

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from gpudoctor.probes import fatbin, kernel_scan, pyenv, scancache
 
 from fakes.site_packages import COMPRESSED, SM80_SM90_PTX90, SM86, SitePackages, make_venv, venv_site
-from test_python_option_e2e import gd
+from helpers import gd
 
 DEEP = "teamkernels/ops/cuda/impl/v2"
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.probes import fatbin, pyenv_collect
-from gpudoctor.snapshot import Fact, Snapshot, ok
+from gpudoctor.snapshot import Fact, Snapshot
 from helpers import outcome
 
-from fakes.site_packages import FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages
+from fakes.site_packages import FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages, snapshot_of
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"
@@ -22,17 +22,6 @@ H200 = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"
 VLLM_REQUIRES = ["torch==2.11.0", "torchvision==0.26.0", "torchaudio==2.11.0", "flashinfer-python==0.6.8.post1",
                  'triton==3.6.0; platform_machine == "x86_64"', "transformers>=4.56.0", 'pywin32; sys_platform == "win32"',
                  'xformers; extra == "xformers"']
-
-
-def snapshot_of(site: SitePackages, record: str = "stack", **facts) -> Snapshot:
-    snap = Snapshot.load(str(H200))
-    for path in [p for p in snap.facts if p.startswith(("torch.", "python."))]:
-        del snap.facts[path]
-    plain = pyenv_collect.collect_plain([str(site.path)], record, fatbin.scan)
-    snap.facts.update({path: Fact.from_json(data) for path, data in plain.items()})
-    for path, value in facts.items():
-        snap.facts[path.replace("__", ".")] = value if isinstance(value, Fact) else ok(value, "test")
-    return snap
 
 
 @pytest.fixture

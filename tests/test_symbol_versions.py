@@ -21,7 +21,7 @@ import pytest
 
 from gpudoctor.probes import dynamic_loader, elf
 
-from test_pystack_rules import snapshot_of
+from fakes.site_packages import snapshot_of
 from fakes.site_packages import SitePackages
 from test_torch_links import CPU_TORCH, CXX11, cc, extensions_fact, libc10
 from helpers import findings, outcome

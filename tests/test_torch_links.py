@@ -19,7 +19,7 @@ from gpudoctor.knowledge.cxx_symbols import abi_hint, demangle
 from gpudoctor.probes import fatbin, pyenv_collect, scancache, torch_links
 
 from fakes.site_packages import TORCH_VERSION_PY, SitePackages
-from test_pystack_rules import snapshot_of
+from fakes.site_packages import snapshot_of
 from helpers import findings, outcome
 
 CXX11 = "_ZN3c106detail23torchInternalAssertFailEPKcS2_jS2_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"

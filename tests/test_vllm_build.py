@@ -21,8 +21,7 @@ from gpudoctor.render import headlines
 from helpers import findings, outcome
 from flash_attn_trees import collect, snapshot, torch_site, vllm
 from fakes.site_packages import SitePackages, make_venv, venv_site
-from test_python_option_e2e import findings as doc_findings
-from test_python_option_e2e import gd
+from helpers import doc_findings, gd
 
 PY = shlex.quote(sys.executable)
 SHA = "2f3f441f8c0ffee0123456789abcdef012345678"

@@ -7,7 +7,7 @@ compiler and linker (tests/test_torch_links.py), collected by the real probe.
 from __future__ import annotations
 
 from cases import Case
-from test_pystack_rules import snapshot_of
+from fakes.site_packages import snapshot_of
 from test_torch_links import CHECK, CPU_TORCH, CXX11, OLD_ABI, SitePackages, install, libc10
 
 

@@ -13,6 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gpudoctor.probes import fatbin, pyenv_collect
+from gpudoctor.snapshot import Fact, Snapshot, ok
+
 REPO = Path(__file__).resolve().parent.parent.parent
 GROUND = REPO / "tests" / "fixtures" / "ground_truth" / "h200"
 SM80_SM90_PTX90 = GROUND / "libk_sm80_sm90_ptx90.so"  # cuobjdump: ELF sm_80, sm_90; PTX sm_90
@@ -96,3 +99,19 @@ def make_venv(where: Path) -> Path:
 
 def venv_site(venv: Path) -> Path:
     return venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+
+
+H200_SNAPSHOT = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"
+
+
+def snapshot_of(site: SitePackages, record: str = "stack", **facts) -> Snapshot:
+    """The recorded H200 snapshot with the Python facts of ``site`` in place of its own (and ``facts``:
+    ``gpu__0__name=…`` sets gpu.0.name)."""
+    snap = Snapshot.load(str(H200_SNAPSHOT))
+    for path in [p for p in snap.facts if p.startswith(("torch.", "python."))]:
+        del snap.facts[path]
+    plain = pyenv_collect.collect_plain([str(site.path)], record, fatbin.scan)
+    snap.facts.update({path: Fact.from_json(data) for path, data in plain.items()})
+    for path, value in facts.items():
+        snap.facts[path.replace("__", ".")] = value if isinstance(value, Fact) else ok(value, "test")
+    return snap
