@@ -23,7 +23,7 @@ from gpudoctor.probes import dynamic_loader, elf
 
 from fakes.site_packages import snapshot_of
 from fakes.site_packages import SitePackages
-from test_torch_links import CPU_TORCH, CXX11, cc, extensions_fact, libc10
+from fakes.torch_extensions import CPU_TORCH, CXX11, cc, extensions_fact, libc10
 from helpers import findings, outcome
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to make the ELF files")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from cases import Case
 from fakes.site_packages import snapshot_of
-from test_torch_links import CHECK, CPU_TORCH, CXX11, OLD_ABI, SitePackages, install, libc10
+from fakes.site_packages import SitePackages
+from fakes.torch_extensions import CHECK, CPU_TORCH, CXX11, OLD_ABI, install, libc10
 
 
 def site(*extensions, break_torch=False):
