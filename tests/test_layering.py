@@ -13,7 +13,7 @@ from typing import Dict, List, Set
 
 import pytest
 
-from test_registry import REPO, imports
+from helpers import REPO, imports
 
 MAX_LINES = 600
 # Modules over MAX_LINES today; this list may only shrink (empty since explain.py, probes/pyenv.py and

@@ -11,7 +11,7 @@ from gpudoctor.snapshot import Snapshot, ok
 
 from cases import Case
 from fakes.cuda_toolkit import GCC_13, NVCC_12_4, NVCC_13_0, executable, toolkit
-from test_cuda_rules import H200, binary, h200, shadow_snapshot, with_gpu
+from fakes.cuda_snapshots import H200, binary, h200, shadow_snapshot, with_gpu
 
 
 def _tree(tmp):

@@ -5,11 +5,8 @@ import json
 import stat
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parent.parent.parent
 CAPTURE = (REPO / "tests" / "fixtures" / "ground_truth" / "h200" / "capture.log").read_text(encoding="utf-8")
-
-
 NVCC_13_0 = CAPTURE.split("===== nvcc\n", 1)[1].split("/usr/local/cuda\n", 1)[0].split("\n", 1)[1]  # drop the `which` line
 NVCC_12_4 = """nvcc: NVIDIA (R) Cuda compiler driver
 Copyright (c) 2005-2024 NVIDIA Corporation

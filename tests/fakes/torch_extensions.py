@@ -6,9 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from gpudoctor.probes import fatbin, pyenv_collect
 from fakes.site_packages import TORCH_VERSION_PY, SitePackages
-
+from gpudoctor.probes import fatbin, pyenv_collect
 
 CXX11 = "_ZN3c106detail23torchInternalAssertFailEPKcS2_jS2_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
 OLD_ABI = "_ZN3c106detail23torchInternalAssertFailEPKcS2_jS2_RKSs"

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from fakes.site_packages import SitePackages
 
-
 SHA = "2f3f441f8c0ffee0123456789abcdef012345678"
 
 
