@@ -198,14 +198,32 @@ def rule(
     severity: str,
     area: str,
     requires: Sequence[str] = (),
+    applies: Optional[Callable[[Any], Optional[NotApplicable]]] = None,
 ) -> Callable[[Callable[..., RuleResult]], Callable[..., RuleResult]]:
+    """Register a rule. ``applies(snap)``: the precondition several rules share (a launch command of a
+    vLLM server), asked once the ``requires`` facts are there and before the rule's own code: a
+    NotApplicable (reported as the rule's own would be) or None (the rule runs). The registered
+    function is the guarded one, so calling a rule directly asks it too."""
+
     def register(func: Callable[..., RuleResult]) -> Callable[..., RuleResult]:
-        meta = RuleMeta(id, name, severity, area, tuple(requires), func, _dedent(func.__doc__ or ""))
+        run = func if applies is None else _guarded(func, applies)
+        meta = RuleMeta(id, name, severity, area, tuple(requires), run, _dedent(func.__doc__ or ""))
         _REGISTERED.append(meta)
-        func.meta = meta  # type: ignore[attr-defined]
-        return func
+        run.meta = meta  # type: ignore[attr-defined]
+        return run
 
     return register
+
+
+def _guarded(func: Callable[..., RuleResult], applies: Callable[[Any], Optional[NotApplicable]]) -> Callable[..., RuleResult]:
+    def run(snap: Any) -> RuleResult:
+        skip = applies(snap)
+        return skip if skip is not None else func(snap)
+
+    run.__name__, run.__qualname__, run.__doc__ = func.__name__, func.__qualname__, func.__doc__
+    run.__module__ = func.__module__
+    run.__wrapped__ = func  # type: ignore[attr-defined]
+    return run
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Real site-packages trees with flash-attn variants, torch and vLLM, shared by the flash-attn and
 vLLM-build tests.
 
-Everything is files the way pip lays them out (tests/test_pystack_env.SitePackages writes
+Everything is files the way pip lays them out (tests/fakes/site_packages.SitePackages writes
 METADATA and a RECORD with the real sha256 of each file): FA2 2.8.3 with its own old copy of
 ``flash_attn/cute`` (as the 2.8.3 / 2.8.3.post1 tags package it, research/facts.md §3.3 #2)
 and its extension (a real ELF with sm_80/sm_90 cubins from the H200, or the gcc-built
@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 
 from gpudoctor.gpu_table import override_snapshot, parse_spec
-from gpudoctor.probes import fatbin, flash_attn, pyenv, pystack, vllm_build
+from gpudoctor.probes import fatbin, flash_attn, pyenv_collect, pystack, vllm_build
 from gpudoctor.snapshot import Fact, Snapshot, ok
-from test_pystack_env import FA2_SO, SM80_SM90_PTX90, TORCH_VERSION_PY, SitePackages
+from fakes.site_packages import FA2_SO, SM80_SM90_PTX90, TORCH_VERSION_PY, SitePackages
 
 REPO = Path(__file__).resolve().parent.parent
 TORCHABI = REPO / "tests" / "fixtures" / "torchabi"
@@ -164,7 +164,7 @@ def collect(paths, environ=None, options=None):
     environ = dict({"PATH": ""} if environ is None else environ)
     if os.environ.get("GPUDOCTOR_CACHE_DIR"):  # the session's scan cache (conftest), never the user's ~/.cache
         environ.setdefault("GPUDOCTOR_CACHE_DIR", os.environ["GPUDOCTOR_CACHE_DIR"])
-    return pyenv.collect_plain([str(p) for p in paths], "stack", fatbin.scan,
+    return pyenv_collect.collect_plain([str(p) for p in paths], "stack", fatbin.scan,
                                [flash_attn.collect_plain, vllm_build.collect_plain],
                                pystack.probe_options() if options is None else options, environ)
 

@@ -6,7 +6,10 @@ can use are in conftest.py. A helper used by two test files belongs here, not in
 
 from __future__ import annotations
 
+import ast
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -14,6 +17,22 @@ from gpudoctor import registry
 from gpudoctor.engine import run_rules
 from gpudoctor.rule import Outcome
 from gpudoctor.snapshot import Snapshot
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def gd(*args: str, prefix=(), timeout: float = 120) -> "subprocess.CompletedProcess[str]":
+    """``python -m gpudoctor ARGS`` in a fresh process (this interpreter, the repository as its working
+    directory, no PYTHONPATH or NO_COLOR of the test run); a traceback in its output fails the test."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NO_COLOR")}
+    env["PYTHONIOENCODING"] = "utf-8"
+    proc = subprocess.run(
+        [*prefix, sys.executable, "-m", "gpudoctor", *args],
+        capture_output=True, text=True, encoding="utf-8", env=env, cwd=str(REPO), stdin=subprocess.DEVNULL, timeout=timeout,
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    return proc
 
 
 def private_env(**variables: str) -> Dict[str, str]:
@@ -68,3 +87,37 @@ def reaped(pid: int) -> bool:
     except ChildProcessError:
         return True
     return False
+
+
+# --- what a source file imports (the layering and registry tests) -------------------------------
+def _package_of(path, root):
+    """The package a file belongs to (what a relative import is relative to)."""
+    parts = list(path.relative_to(root).parts[:-1])
+    if parts and parts[0] == "rules":
+        parts[0] = "gpudoctor_rules"
+    return parts
+
+
+def imports(path, root=REPO):
+    """Every module name a file imports: import statements anywhere (functions too),
+    relative imports resolved, and importlib.import_module / __import__ with literal names."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _package_of(path, root)
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                found.add(node.args[0].value)
+    return found

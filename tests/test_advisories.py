@@ -24,8 +24,8 @@ from gpudoctor.knowledge.advisories import Advisory, advisories_for, probe_optio
 from helpers import outcome
 from flash_attn_trees import (DFLASH_AFTER_46104, DFLASH_BEFORE_46104, RUNNER_AFTER_40727, RUNNER_BEFORE_40727, snapshot,
                               torch_site, vllm)
-from test_pystack_env import SitePackages
-from test_vllm_build import git, install_editable, make_checkout
+from fakes.site_packages import SitePackages
+from fakes.vllm_checkout import git, install_editable, make_checkout
 
 PY = shlex.quote(sys.executable)
 

@@ -19,8 +19,8 @@ import pytest
 
 from gpudoctor.probes import coldstart, dist_records, fatbin, forks, kernel_scan, pyenv, scancache
 from helpers import reaped
-from test_coldstart import REAL, _many_containers
-from test_pystack_env import SM80_SM90_PTX90, SM86, SitePackages
+from fakes.fatbin_files import REAL, _many_containers
+from fakes.site_packages import SM80_SM90_PTX90, SM86, SitePackages
 
 
 @pytest.fixture

@@ -7,40 +7,16 @@ Every rule has a failing and a passing case, so removing the rule fails its test
 """
 
 import os
-from pathlib import Path
 
 import pytest
 
 from gpudoctor.knowledge.gpus import kernel_support
-from gpudoctor.probes import Context, cuda, fatbin
-from gpudoctor.snapshot import Fact, Snapshot, missing, ok
+from gpudoctor.probes import Context, cuda
+from gpudoctor.snapshot import Snapshot, missing, ok
 from helpers import outcome
 
-from test_cuda_probe import GCC_13, NVCC_12_4, NVCC_13_0, executable, toolkit
-
-REPO = Path(__file__).resolve().parent.parent
-H200 = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"
-GROUND = REPO / "tests" / "fixtures" / "ground_truth" / "h200"
-SCANS = {name: fatbin.scan(str(GROUND / f"libk_{name}.so")).to_json() for name in ("sm80_sm90_ptx90", "sm86", "compressed")}
-FA2 = "/venv/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so"
-
-
-def h200(**facts):
-    snap = Snapshot.load(str(H200))
-    for path, fact in facts.items():
-        snap.facts[path.replace("__", ".")] = fact if isinstance(fact, Fact) else ok(fact, "test")
-    return snap
-
-
-def with_gpu(snap, cc, name="GPU"):
-    snap.facts["gpu.0.compute_capability"] = ok(cc, "test")
-    snap.facts["gpu.0.name"] = ok(name, "test")
-    return snap
-
-
-def binary(scan_name, path=FA2, dist="flash-attn", package="flash_attn_2_cuda"):
-    return {"path": path, "dist": dist, "package": package, "scan": SCANS[scan_name], "elapsed_s": 0.001}
-
+from fakes.cuda_toolkit import GCC_13, NVCC_12_4, NVCC_13_0, executable, toolkit
+from fakes.cuda_snapshots import H200, SCANS, binary, h200, shadow_snapshot, with_gpu
 
 # --- which code runs where (one implementation: knowledge.gpus.kernel_support) ---------------
 def test_kernel_support_on_the_real_fixtures():
@@ -220,18 +196,6 @@ def test_gd206_consistent_setup_passes(tree):
     kit = root / "usr/local/cuda-13.0"
     assert outcome(probed(root, {"PATH": f"{kit}/bin:{bindir}", "CUDA_HOME": str(kit)}), "GD206").status == "pass"
     assert outcome(probed(root.parent / "empty", {"PATH": str(bindir)}), "GD206").status == "not_applicable"
-
-
-# --- GD207 LD_LIBRARY_PATH shadows --------------------------------------------------------------
-def shadow_snapshot(tmp_path, libs, wheels):
-    lib = tmp_path / "cuda-12.1" / "lib64"
-    lib.mkdir(parents=True)
-    for real, link in libs:
-        (lib / real).write_bytes(b"")
-        os.symlink(real, lib / link)
-    snap = h200(packages__dists={name: {"name": name, "version": v, "location": "/venv"} for name, v in wheels.items()})
-    snap.facts.update(cuda.collect(Context(root=str(tmp_path), environ={"PATH": "", "LD_LIBRARY_PATH": str(lib)})))
-    return snap
 
 
 def test_gd207_older_nvjitlink_shadows_the_wheel(tmp_path):

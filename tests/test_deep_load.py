@@ -21,8 +21,8 @@ import pytest
 from gpudoctor.probes import Context, deep_load, fatbin
 from gpudoctor.snapshot import Snapshot
 
-from test_pystack_env import SM86, SitePackages, make_venv, venv_site
-from test_python_option_e2e import gd
+from fakes.site_packages import SM86, SitePackages, make_venv, venv_site
+from helpers import gd
 
 LOADER = Path(__file__).resolve().parent / "fixtures" / "loader"
 CUDART12 = LOADER / "libk_sm86_cudart12.so"

@@ -145,7 +145,7 @@ def test_plan_puts_the_environment_last():
 
 def _gd401(tmp_path, *installs, gpu="sm_86"):
     from flash_attn_trees import snapshot
-    from test_pystack_env import SitePackages
+    from fakes.site_packages import SitePackages
 
     from gpudoctor import registry
     from gpudoctor.engine import run_rules

@@ -15,7 +15,7 @@ from gpudoctor.probes import flash_attn as probe
 from gpudoctor.snapshot import ok
 from helpers import findings, outcome
 from flash_attn_trees import (EXT_OLD, ROTARY_GUARDED, TORCHABI, collect, fa2, fa4, sglang, snapshot, torch_site, vllm)
-from test_pystack_env import FA2_SO, SM86, SitePackages
+from fakes.site_packages import FA2_SO, SM86, SitePackages
 
 PY = shlex.quote(sys.executable)
 CP = "cp%d%d" % sys.version_info[:2]
@@ -380,7 +380,7 @@ def test_broken_files_never_crash_the_inventory(site):
 
 
 def test_a_collector_that_raises_becomes_error_facts(site):
-    from gpudoctor.probes import pyenv
+    from gpudoctor.probes import pyenv_collect
 
     torch_site(site)
 
@@ -388,7 +388,7 @@ def test_a_collector_that_raises_becomes_error_facts(site):
         raise RuntimeError("bad day")
 
     boom.__module__ = probe.__name__
-    facts = pyenv.collect_plain([str(site.path)], "stack", None, [boom])
+    facts = pyenv_collect.collect_plain([str(site.path)], "stack", None, [boom])
     assert facts["flash_attn.variants"]["status"] == "error" and "RuntimeError: bad day" in facts["flash_attn.variants"]["detail"]
     assert facts["torch.version"]["status"] == "ok"
 

@@ -16,9 +16,9 @@ import pytest
 from gpudoctor.render import headlines
 from gpudoctor.snapshot import Snapshot
 from flash_attn_trees import EXT_GOOD, EXT_OLD, fa2, fa4, torch_site, vllm
-from test_pystack_env import SitePackages, make_venv, venv_site
+from fakes.site_packages import SitePackages, make_venv, venv_site
 from helpers import private_env
-from test_python_option_e2e import findings, gd, outcome
+from helpers import doc_findings as findings, doc_outcome as outcome, gd
 
 CP = "cp%d%d" % sys.version_info[:2]
 EXT_NAME = "flash_attn_2_cuda" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")

@@ -81,6 +81,7 @@ LIVE = (
     (r"\b(PID |pid |pids=\[|inode=)\d+", r"\1<n>"),
     (r"; server processes on this machine: [^\n]*", ""),
     (r"\b(elapsed_s|seconds|took_s)=[\d.]+", r"\1=<s>"),
+    (r"\b(deadline_s) = [\d.]+", r"\1 = <s>"),  # the time left of the smoke deadline when the long-context check began
     (r"\b[0-9a-f]{40}\b", "<commit>"),
 )
 

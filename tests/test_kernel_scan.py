@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from gpudoctor.probes import fatbin, kernel_scan, pyenv, scancache
 
-from test_pystack_env import COMPRESSED, SM80_SM90_PTX90, SM86, SitePackages, make_venv, venv_site
-from test_python_option_e2e import gd
+from fakes.site_packages import COMPRESSED, SM80_SM90_PTX90, SM86, SitePackages, make_venv, venv_site
+from helpers import gd
 
 DEEP = "teamkernels/ops/cuda/impl/v2"
 
@@ -423,7 +423,7 @@ def test_the_python_probe_and_the_doctor_share_the_file_of_the_inspected_environ
 
 
 def test_two_threads_asking_for_the_shared_cache_get_the_same_one(tmp_path, monkeypatch):
-    """The kernel scan's thread and the RECORD checks ask at the same moment (pyenv.collect_plain);
+    """The kernel scan's thread and the RECORD checks ask at the same moment (pyenv_collect.collect_plain);
     two objects would each keep half of what was found (test_vllm_kernels lost its entry so)."""
     import threading
     import time as _time

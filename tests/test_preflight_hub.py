@@ -14,9 +14,14 @@ import pytest
 
 from gpudoctor.probes.launch import hub
 from hub_standin import StandIn
-from test_preflight_rules import H200X2, env_for, outcome, preflight, world  # noqa: F401  (world: the fixture)
+from fakes.preflight_world import H200X2, build_world, env_for, outcome, preflight
 
 TOKEN = "hf_standin_secret_token_0123456789"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return build_world(tmp_path_factory.mktemp("world"))
 
 
 def serve_hub(world, model, *flags):  # noqa: F811

@@ -15,32 +15,9 @@ from gpudoctor.gates import preflight_notes
 from gpudoctor.probes.launch import parser, probe, sglang_args
 from gpudoctor.render.launch import headline
 from gpudoctor.snapshot import Snapshot, ok
-from test_pystack_env import SitePackages
+from fakes.site_packages import SitePackages
+from fakes.sglang_tree import MODEL, SERVER_ARGS, SERVING
 
-SERVING = '''from __future__ import annotations
-
-import msgspec
-
-from sglang.srt.arg_groups.arg_utils import A, Arg
-
-
-class Serving(msgspec.Struct):
-    """Namespace ``serving``."""
-
-    _NS_PATH = "serving"
-    host: A[str, "The host of the HTTP server."] = "127.0.0.1"
-    port: A[int, "The port of the HTTP server."] = 30000
-'''
-MODEL = '''class Model(msgspec.Struct):
-    _NS_PATH = "model"
-    model_path: A[
-        str,
-        Arg(
-            help="The path of the model weights. This can be a local folder or a Hugging Face repo ID.",
-            aliases=["--model"],
-        ),
-    ]
-'''
 PARALLEL = '''class Parallel(msgspec.Struct):
     _NS_PATH = "parallel"
     tp_size: A[
@@ -60,19 +37,6 @@ PARALLEL = '''class Parallel(msgspec.Struct):
     ] = None
     disable_cuda_graph: A[bool, Arg(help="Disable cuda graph.", no_cli=True)] = False
     tp_rank: int = 0
-'''
-SERVER_ARGS = '''class ServerArgs:
-    @staticmethod
-    def add_cli_args(parser: argparse.ArgumentParser):
-
-        add_cli_args_from_dataclass(parser, ServerArgs)
-
-        # --- Configuration file support ---
-        parser.add_argument(
-            "--config",
-            type=str,
-            help="Read CLI options from a config file. Must be a YAML file with configuration options.",
-        )
 '''
 
 

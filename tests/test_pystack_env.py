@@ -6,13 +6,9 @@ files with fatbins (tests/fixtures/ground_truth/h200/libk_*.so, built by nvcc on
 machine; cuobjdump's listing of them is in capture.log) copied in under the names the stack
 uses. Nothing of gpudoctor is mocked; the fatbin reader is the real one.
 
-The helpers here (``SitePackages``, ``make_venv``) are imported by test_python_option_e2e.py.
+The helpers (``SitePackages``, ``make_venv``) are in tests/fakes/site_packages.py.
 """
 
-import base64
-import csv
-import hashlib
-import io
 import json
 import os
 import shutil
@@ -23,95 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.probes import fatbin, pyenv, pystack
+from gpudoctor.probes import fatbin, pyenv_collect, pystack
 
-REPO = Path(__file__).resolve().parent.parent
-GROUND = REPO / "tests" / "fixtures" / "ground_truth" / "h200"
-SM80_SM90_PTX90 = GROUND / "libk_sm80_sm90_ptx90.so"  # cuobjdump: ELF sm_80, sm_90; PTX sm_90
-SM86 = GROUND / "libk_sm86.so"  # cuobjdump: ELF sm_86 only, no PTX
-COMPRESSED = GROUND / "libk_compressed.so"  # cuobjdump: ELF sm_80, sm_90 (compressed), no PTX
-CAPTURE = (GROUND / "capture.log").read_text(encoding="utf-8")
-
-
-def capture_section(name):
-    return CAPTURE.split(f"===== {name}\n", 1)[1].split("\n=====", 1)[0]
-
-
-# torch/version.py exactly as it is on the H200 (torch 2.11.0+cu130).
-TORCH_VERSION_PY = capture_section("torch-version-file").rstrip("\n") + "\n"
-FA2_SO = "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so"
-
-
-class SitePackages:
-    """A site-packages directory that distributions are installed into the way pip lays them out."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-
-    def dist(self, name, version, requires=(), files=None, metadata=None, record=True, extra_record=()):
-        """Install ``name``: its files ({relpath: bytes | Path}), METADATA and a RECORD listing them."""
-        files = dict(files or {})
-        written = []
-        for rel, content in files.items():
-            target = self.path / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, Path):
-                shutil.copyfile(content, target)
-            else:
-                target.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-            written.append(rel)
-        info = self.path / f"{name.replace('-', '_')}-{version}.dist-info"
-        info.mkdir(parents=True, exist_ok=True)
-        if metadata is None:
-            lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", "Summary: test distribution"]
-            lines += [f"Requires-Dist: {r}" for r in requires]
-            metadata = ("\n".join(lines) + "\n\nLong description.\nRequires-Dist: not-a-header-here\n").encode("utf-8")
-        (info / "METADATA").write_bytes(metadata)
-        (info / "INSTALLER").write_text("pip\n", encoding="utf-8")
-        if record:
-            rows = []
-            for rel in written + [f"{info.name}/METADATA", f"{info.name}/INSTALLER"] + list(extra_record):
-                path = self.path / rel
-                if path.is_file():
-                    digest = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
-                    rows.append([rel, f"sha256={digest}", str(path.stat().st_size)])
-                else:
-                    rows.append([rel, "", ""])
-            rows.append([f"{info.name}/RECORD", "", ""])
-            buffer = io.StringIO()
-            csv.writer(buffer, lineterminator="\n").writerows(rows)
-            (info / "RECORD").write_text(buffer.getvalue(), encoding="utf-8")
-        return info
-
-    def torch(self, version="2.11.0", version_py=TORCH_VERSION_PY, lib=SM80_SM90_PTX90, requires=(), cmake_abi=None):
-        files = {
-            "torch/__init__.py": "",
-            "torch/version.py": version_py,
-            "torch/lib/libc10.so": b"not read in these tests",
-        }
-        if lib is not None:
-            files["torch/lib/libtorch_cuda.so"] = lib
-            files["torch/lib/libc10_cuda.so"] = SM86
-        if cmake_abi is not None:
-            files["torch/share/cmake/Torch/TorchConfig.cmake"] = (
-                f'if(CMAKE_SYSTEM_NAME STREQUAL "Linux")\n  set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI={cmake_abi}")\nendif()\n'
-            )
-        return self.dist("torch", version, requires=requires, files=files)
-
-
-def make_venv(where: Path) -> Path:
-    """A real venv (python -m venv, no pip: faster) made with the interpreter running the tests."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120)
-    return where / "bin" / "python"
-
-
-def venv_site(venv: Path) -> Path:
-    return venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+from fakes.site_packages import (COMPRESSED, FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages, capture_section,
+                                  make_venv, venv_site)
 
 
 def collect(site, **kwargs):
-    return pyenv.collect_plain([str(site)], kwargs.pop("record", "stack"), kwargs.pop("scanner", fatbin.scan))
+    return pyenv_collect.collect_plain([str(site)], kwargs.pop("record", "stack"), kwargs.pop("scanner", fatbin.scan))
 
 
 def values(facts):
@@ -249,7 +164,7 @@ def test_duplicates_in_one_directory_and_across_the_path(site, tmp_path):
     user = SitePackages(tmp_path / "user-site")
     user.dist("transformers", "4.0.0")
     site.dist("transformers", "5.17.0")
-    facts = pyenv.collect_plain([str(site.path), str(user.path)], "none", fatbin.scan)
+    facts = pyenv_collect.collect_plain([str(site.path), str(user.path)], "none", fatbin.scan)
     dupes = facts["packages.duplicates"]["value"]
     assert [c["version"] for c in dupes["torch"]] == ["2.11.0", "2.10.0"]  # the newer install first
     assert facts["packages.dists"]["value"]["torch"]["version"] == "2.11.0"
@@ -294,10 +209,10 @@ def test_symlink_loops_in_site_packages(site):
 
 
 def test_unreadable_path_entry(tmp_path):
-    facts = pyenv.collect_plain([str(tmp_path / "does-not-exist"), str(tmp_path / "a-file")], "stack", fatbin.scan)
+    facts = pyenv_collect.collect_plain([str(tmp_path / "does-not-exist"), str(tmp_path / "a-file")], "stack", fatbin.scan)
     assert facts["packages.dists"]["value"] == {}
     (tmp_path / "a-file").write_text("x")
-    facts = pyenv.collect_plain([str(tmp_path / "a-file")], "stack", fatbin.scan)
+    facts = pyenv_collect.collect_plain([str(tmp_path / "a-file")], "stack", fatbin.scan)
     assert facts["packages.unreadable"]["value"] == []
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import site
 import sys
 
-from gpudoctor.probes import Context, fatbin, flash_attn, pyenv, pystack, sglang_kernels, vllm_build, vllm_kernels
+from gpudoctor.probes import Context, fatbin, flash_attn, pyenv_collect, pystack, sglang_kernels, vllm_build, vllm_kernels
 from helpers import private_env
 
 
 def _in_process():
-    plain = pyenv.collect_plain(None, "stack", fatbin.scan,
+    plain = pyenv_collect.collect_plain(None, "stack", fatbin.scan,
                                 [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain,
                                  sglang_kernels.collect_plain],
                                 pystack.probe_options, private_env())
@@ -72,7 +72,7 @@ def test_a_child_out_of_time_is_a_timeout_not_a_second_try(monkeypatch, tmp_path
     slow.write_text("#!/bin/sh\nsleep 30\n")
     slow.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(slow))
-    monkeypatch.setattr(pyenv, "collect_plain", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read again")))
+    monkeypatch.setattr(pyenv_collect, "collect_plain", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read again")))
     facts = pystack.collect(Context(environ=private_env(), timeout=1))
     assert facts["python.executable"].status == "timeout" and "did not answer" in facts["python.executable"].detail
     assert "python.requested" not in facts

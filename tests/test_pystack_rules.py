@@ -1,6 +1,6 @@
 """GD5xx (area "vllm", Python stack) on the H200 snapshot plus facts probed from real environments.
 
-Environments are built with test_pystack_env.SitePackages (real dist-info folders, the real
+Environments are built with fakes/site_packages.SitePackages (real dist-info folders, the real
 torch/version.py text, nvcc-built ELF fixtures) and read by the real probe; the facts it
 returns are put into the H200 snapshot (real GPU and driver facts) and the rules judge them.
 """
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.probes import fatbin, pyenv
-from gpudoctor.snapshot import Fact, Snapshot, ok
+from gpudoctor.probes import fatbin, pyenv_collect
+from gpudoctor.snapshot import Fact, Snapshot
 from helpers import outcome
 
-from test_pystack_env import FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages
+from fakes.site_packages import FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages, snapshot_of
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"
@@ -22,17 +22,6 @@ H200 = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"
 VLLM_REQUIRES = ["torch==2.11.0", "torchvision==0.26.0", "torchaudio==2.11.0", "flashinfer-python==0.6.8.post1",
                  'triton==3.6.0; platform_machine == "x86_64"', "transformers>=4.56.0", 'pywin32; sys_platform == "win32"',
                  'xformers; extra == "xformers"']
-
-
-def snapshot_of(site: SitePackages, record: str = "stack", **facts) -> Snapshot:
-    snap = Snapshot.load(str(H200))
-    for path in [p for p in snap.facts if p.startswith(("torch.", "python."))]:
-        del snap.facts[path]
-    plain = pyenv.collect_plain([str(site.path)], record, fatbin.scan)
-    snap.facts.update({path: Fact.from_json(data) for path, data in plain.items()})
-    for path, value in facts.items():
-        snap.facts[path.replace("__", ".")] = value if isinstance(value, Fact) else ok(value, "test")
-    return snap
 
 
 @pytest.fixture
@@ -163,7 +152,7 @@ def test_gd504_across_the_path_only_for_the_stack(tmp_path):
     user.dist("torch", "2.9.0")
     user.dist("six", "1.16.0")
     snap = Snapshot.load(str(H200))
-    plain = pyenv.collect_plain([str(venv.path), str(user.path)], "stack", fatbin.scan)
+    plain = pyenv_collect.collect_plain([str(venv.path), str(user.path)], "stack", fatbin.scan)
     snap.facts.update({path: Fact.from_json(data) for path, data in plain.items()})
     assert set(plain["packages.duplicates"]["value"]) == {"torch", "six"}
     [finding] = outcome(snap, "GD504").findings

@@ -1,7 +1,7 @@
 """`gpudoctor check --python VENV/bin/python --gpu sm_80 --format json`, end to end.
 
 Real venvs (``python -m venv``) in tmp dirs, populated the way pip lays packages out (see
-test_pystack_env.SitePackages), real ``python -m gpudoctor`` processes, real ELF fixtures
+fakes/site_packages.SitePackages), real ``python -m gpudoctor`` processes, real ELF fixtures
 for the CUDA extensions. The doctor runs in this interpreter; the probe runs inside the
 venv's interpreter, which has no gpudoctor installed.
 """
@@ -17,23 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import doc_findings as findings, doc_outcome as outcome
-from test_pystack_env import COMPRESSED, FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages, make_venv, venv_site
+from helpers import doc_findings as findings, doc_outcome as outcome, gd
+from fakes.site_packages import COMPRESSED, FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages, make_venv, venv_site
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "tests" / "fixtures" / "snapshots" / "h200.json"
 VLLM_REQUIRES = ["torch==2.11.0", "torchaudio==2.11.0", 'triton==3.6.0; platform_machine == "x86_64"']
-
-
-def gd(*args, prefix=(), timeout=120):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NO_COLOR")}
-    env["PYTHONIOENCODING"] = "utf-8"
-    proc = subprocess.run(
-        [*prefix, sys.executable, "-m", "gpudoctor", *args],
-        capture_output=True, text=True, encoding="utf-8", env=env, cwd=str(REPO), stdin=subprocess.DEVNULL, timeout=timeout,
-    )
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
-    return proc
 
 
 def check_json(python, *extra, prefix=()):

@@ -1,6 +1,5 @@
 """The rule catalogue's own rules, and the architecture's one-way layering, checked on the source."""
 
-import ast
 import os
 import re
 import subprocess
@@ -11,6 +10,7 @@ import pytest
 
 from gpudoctor import registry
 from gpudoctor.rule import AREAS, ID_PATTERN, NAME_PATTERN, SEVERITY_RANK, RuleMeta, doc_sections
+from helpers import imports
 
 REPO = Path(__file__).resolve().parent.parent
 CATALOGUE = registry.load_rules()
@@ -89,39 +89,6 @@ HEAVY = {"torch", "vllm", "flash_attn", "flash_attn_interface", "triton", "cupy"
 
 def _modules(folder):
     return sorted(p for p in (REPO / folder).rglob("*.py") if "__pycache__" not in p.parts)
-
-
-def _package_of(path, root):
-    """The package a file belongs to (what a relative import is relative to)."""
-    parts = list(path.relative_to(root).parts[:-1])
-    if parts and parts[0] == "rules":
-        parts[0] = "gpudoctor_rules"
-    return parts
-
-
-def imports(path, root=REPO):
-    """Every module name a file imports: import statements anywhere (functions too),
-    relative imports resolved, and importlib.import_module / __import__ with literal names."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = _package_of(path, root)
-                base = base[: len(base) - (node.level - 1)]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
-                found.add(node.args[0].value)
-    return found
 
 
 def _top(name):

@@ -13,10 +13,10 @@ import pytest
 
 from gpudoctor import registry
 from gpudoctor.engine import run_rules
-from gpudoctor.probes import fatbin, pyenv, scancache, sglang_kernels
+from gpudoctor.probes import fatbin, pyenv_collect, scancache, sglang_kernels
 from gpudoctor.snapshot import Fact, Snapshot, ok
 
-from test_pystack_env import SM86, SitePackages
+from fakes.site_packages import SM86, SitePackages
 
 REPO = Path(__file__).resolve().parent.parent
 FATBIN = REPO / "tests" / "fixtures" / "fatbin"
@@ -162,7 +162,7 @@ def install_sgl_kernel(site, sm90=RDC, sm100=FAMILY, flash_ops=LZ4, infllm=CONCA
 
 
 def facts_of(site):
-    return pyenv.collect_plain([str(site.path)], "none", fatbin.scan, [sglang_kernels.collect_plain])
+    return pyenv_collect.collect_plain([str(site.path)], "none", fatbin.scan, [sglang_kernels.collect_plain])
 
 
 def by_module(facts):

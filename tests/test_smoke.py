@@ -26,39 +26,10 @@ from gpudoctor.render import smoke as table
 from gpudoctor.probes.smoke.client import URLError, normalize_url
 from gpudoctor.probes.smoke.text import degenerate
 from gpudoctor.snapshot import Snapshot
+from fakes.smoke_run import fact, messages, outcome, smoke, smoke_json, verdict
 
 SERVER_RULES = [m for m in registry.load_rules() if m.area == "server"]
 SLACK = 3.0  # seconds past --timeout allowed for process overhead; a hang would be 60 s
-
-
-def smoke(*args, environ=None):
-    out, err = io.StringIO(), io.StringIO()
-    started = time.monotonic()
-    code = main(["smoke", *args], environ=dict(environ or {}), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue(), time.monotonic() - started
-
-
-def smoke_json(*args, environ=None):
-    code, out, err, elapsed = smoke(*args, "--format", "json", environ=environ)
-    assert out, err
-    doc = json.loads(out)
-    return code, doc, err, elapsed
-
-
-def verdict(doc, check):
-    return next(row for row in doc["smoke"]["verdicts"] if row["check"] == check)
-
-
-def outcome(doc, rule_id):
-    return next(o for o in doc["outcomes"] if o["id"] == rule_id)
-
-
-def messages(doc, rule_id):
-    return " | ".join(f["message"] for f in outcome(doc, rule_id)["findings"])
-
-
-def fact(doc, path):
-    return doc["snapshot"]["facts"][path]
 
 
 @pytest.fixture

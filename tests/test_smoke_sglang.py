@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from sglang_wire import SGLangWireServer
 from smoke_servers import WireServer
-from test_smoke import fact, messages, outcome, smoke_json, verdict
+from fakes.smoke_run import fact, messages, outcome, smoke_json, verdict
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ import pytest
 
 from gpudoctor.probes import dynamic_loader, elf
 
-from test_pystack_rules import snapshot_of
-from test_pystack_env import SitePackages
-from test_torch_links import CPU_TORCH, CXX11, cc, extensions_fact, libc10
+from fakes.site_packages import snapshot_of
+from fakes.site_packages import SitePackages
+from fakes.torch_extensions import CPU_TORCH, CXX11, cc, extensions_fact, libc10
 from helpers import findings, outcome
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to make the ELF files")

@@ -13,10 +13,10 @@ import pytest
 
 from gpudoctor import registry
 from gpudoctor.engine import run_rules
-from gpudoctor.probes import fatbin, pyenv, scancache, vllm_kernels
+from gpudoctor.probes import fatbin, pyenv_collect, scancache, vllm_kernels
 from gpudoctor.snapshot import Fact, Snapshot, ok
 
-from test_pystack_env import SM86, SitePackages
+from fakes.site_packages import SM86, SitePackages
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = REPO / "tests" / "fixtures" / "fatbin" / "libvariants.so"  # nvcc 13.5, see cuobjdump.txt there
@@ -110,7 +110,7 @@ def install_vllm(site, main=None, qutlass=None, deepselect=SM86, fa2=None):
 
 
 def facts_of(site):
-    return pyenv.collect_plain([str(site.path)], "none", fatbin.scan, [vllm_kernels.collect_plain])
+    return pyenv_collect.collect_plain([str(site.path)], "none", fatbin.scan, [vllm_kernels.collect_plain])
 
 
 def by_module(facts):

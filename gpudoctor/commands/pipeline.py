@@ -49,6 +49,16 @@ class Request:
     address: str = "auto"  # cluster --address
     tensor_parallel_size: Optional[int] = None
     pipeline_parallel_size: Optional[int] = None
+    # The server smoke check (``smoke``, ``check --smoke``, ``report --url``): smoke's own options, at
+    # its defaults for the commands that do not take them.
+    url: Optional[str] = None
+    model: Optional[str] = None
+    api_key_env: Optional[str] = None  # the NAME of the variable holding the key, never the key
+    concurrency: int = 4
+    expect_spec: bool = False
+    max_tokens: int = 128
+    long: bool = False
+    long_timeout: float = 300.0
 
     @classmethod
     def from_args(cls, args: Any) -> "Request":

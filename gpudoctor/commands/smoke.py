@@ -12,7 +12,6 @@ import time
 
 from gpudoctor import __version__
 from gpudoctor.commands.common import IO, UsageError, stream_is_unicode, use_color
-from gpudoctor.exitcodes import ExitCode
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -42,9 +41,9 @@ def configure(parser) -> None:
     parser.add_argument("-v", "--verbose", "--debug", dest="verbose", action="store_true", help="tracebacks of crashed rules")
 
 
-def options_from(args, io: IO, url: str, wait: bool = True, timeout=None):
-    """Validate the command line into probe Options (UsageError → exit 2). The key's value
-    goes into the options only; nothing prints it."""
+def options_from(request, io: IO, url: str, wait: bool = True, timeout=None):
+    """Validate the request (commands/pipeline.Request) into probe Options (UsageError → exit 2). The
+    key's value goes into the options only; nothing prints it."""
     from gpudoctor.probes.smoke.client import URLError, normalize_url
     from gpudoctor.probes.smoke.probe import Options
 
@@ -53,26 +52,23 @@ def options_from(args, io: IO, url: str, wait: bool = True, timeout=None):
     except URLError as exc:
         raise UsageError(f"--url: {exc}") from None
     api_key = None
-    env_name = getattr(args, "api_key_env", None)
+    env_name = request.api_key_env
     if env_name:
         if not _ENV_NAME.match(env_name):
             raise UsageError("--api-key-env takes the NAME of an environment variable (like SERVER_API_KEY), not the key itself")
         api_key = io.environ.get(env_name)
         if not api_key:
             raise UsageError(f"--api-key-env {env_name}: that environment variable is not set or is empty")
-    concurrency = getattr(args, "concurrency", 4)
-    if not 1 <= concurrency <= 64:
+    if not 1 <= request.concurrency <= 64:
         raise UsageError("--concurrency must be between 1 and 64")
-    timeout = getattr(args, "timeout", 120.0) if timeout is None else timeout
+    timeout = request.timeout if timeout is None else timeout
     if not timeout > 0:
         raise UsageError("--timeout must be positive")
-    max_tokens = getattr(args, "max_tokens", 128)
-    if not 1 <= max_tokens <= 1_000_000:
+    if not 1 <= request.max_tokens <= 1_000_000:
         raise UsageError("--max-tokens must be positive")
-    return Options(url=url, model=getattr(args, "model", None), api_key=api_key, api_key_env=env_name,
-                   concurrency=concurrency, timeout=timeout, expect_spec=getattr(args, "expect_spec", False),
-                   wait=wait, max_tokens=max_tokens, long=bool(getattr(args, "long", False)),
-                   long_timeout=float(getattr(args, "long_timeout", 300.0) or 300.0))
+    return Options(url=url, model=request.model, api_key=api_key, api_key_env=env_name, concurrency=request.concurrency,
+                   timeout=timeout, expect_spec=request.expect_spec, wait=wait, max_tokens=request.max_tokens,
+                   long=request.long, long_timeout=float(request.long_timeout or 300.0))
 
 
 class ProgressLine:
@@ -121,7 +117,7 @@ def collect(opts, io: IO):
                                 "captured_at": capture_stamp()}), facts)
 
 
-def add_smoke_facts(snapshot, args, io: IO) -> None:
+def add_smoke_facts(snapshot, request, io: IO) -> None:
     """``check --smoke [URL]``: run the smoke probe after the machine probes and merge its
     facts, so the "server" rules apply. URL "auto" (``--smoke`` alone) looks for an
     inference server listening on this machine. Readiness gets one attempt, no waiting:
@@ -131,10 +127,10 @@ def add_smoke_facts(snapshot, args, io: IO) -> None:
     from gpudoctor.probes import smoke
     from gpudoctor.probes.smoke.ready import discover_url
 
-    url, how = args.smoke, ""
+    url, how = request.smoke, ""
     if url == "auto":
         url, how = discover_url()
-    opts = options_from(args, io, url, wait=False, timeout=120.0)
+    opts = options_from(request, io, url, wait=False, timeout=120.0)
     facts = smoke.collect(Context(environ=io.environ, smoke=opts, progress=ProgressLine(io.stderr, io.environ)))
     if how and "server.url" in facts:
         facts["server.url"].detail = how
@@ -143,15 +139,16 @@ def add_smoke_facts(snapshot, args, io: IO) -> None:
 
 def run(args, io: IO) -> int:
     from gpudoctor import registry
-    from gpudoctor.engine import run_rules
+    from gpudoctor.commands.pipeline import Request, judge
     from gpudoctor.redact import redact
     from gpudoctor.render import smoke as table
 
-    opts = options_from(args, io, args.url)
+    request = Request.from_args(args)
+    opts = options_from(request, io, request.url)
     rules = registry.select(registry.load_rules(), ["server"])
     snapshot = collect(opts, io)
-    result = run_rules(snapshot, rules)
-    if args.verbose:
+    result, verdict = judge(snapshot, rules, request.fail_on)
+    if request.verbose:
         for text in result.debug:
             io.stderr.write(text + "\n")
         smoke = snapshot.get("probe.smoke")
@@ -164,14 +161,14 @@ def run(args, io: IO) -> int:
             text = text.replace(opts.api_key, "***")
         return redact(text)
 
-    if args.format == "json":
+    if request.format == "json":
         from gpudoctor.render import json_out
 
-        io.stdout.write(scrub(json_out.dumps(table.json_document(result, args.fail_on))))
+        io.stdout.write(scrub(json_out.dumps(table.json_document(result, request.fail_on))))
     else:
         from gpudoctor.render import text as text_render
 
-        lines = table.lines(result, args.fail_on, stream_is_unicode(io.stdout))
+        lines = table.lines(result, request.fail_on, stream_is_unicode(io.stdout))
         lines = [[(scrub(segment), style) for segment, style in line] for line in lines]
-        text_render.write(lines, io.stdout, use_color(args.color, io.stdout, io.environ))
-    return ExitCode.FINDINGS if result.blocking(args.fail_on) else ExitCode.OK
+        text_render.write(lines, io.stdout, use_color(request.color, io.stdout, io.environ))
+    return verdict.exit_code

@@ -35,32 +35,45 @@ import os
 import stat
 import struct
 import sys
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Dict, List, Optional, Set, Tuple
 
-# Statuses. Same strings as gpudoctor.snapshot (not imported: stdlib-only module), plus
-# "not_elf", which is no snapshot status: fact_status() maps it to "error".
-OK = "ok"
-ABSENT = "absent"  # an ELF file without any fatbin: not a CUDA binary
-ERROR = "error"
-NO_PERMISSION = "no_permission"
-NOT_ELF = "not_elf"
-NOT_SUPPORTED = "not_supported"  # an ELF we do not read: big-endian, unknown class
-
-# --- ELF: the one reader, probes/elf.py (inside --python's child the bootstrap loaded it as
-# "gpudoctor_elf"; gpudoctor itself may not be importable there) -------------------------------
-_elf = sys.modules.get("gpudoctor_elf")
-if _elf is None:
+# --- siblings: the ELF reader (probes/elf.py) and the result type (probes/fatbin_result.py), each
+# the bootstrap's copy inside --python's child (gpudoctor itself may not be importable there), else
+# the package's, else the file beside this one (python fatbin.py FILE...) ---------------------------
+def _sibling(module_name: str, file_name: str) -> Any:
+    module = sys.modules.get(module_name)
+    if module is not None:
+        return module
     try:
-        from gpudoctor.probes import elf as _elf
-    except ImportError:  # run on its own (python fatbin.py FILE...): elf.py lies beside it
+        import importlib
+
+        return importlib.import_module("gpudoctor.probes." + file_name[:-3])
+    except ImportError:
         import importlib.util
 
-        _spec = importlib.util.spec_from_file_location("gpudoctor_elf", os.path.join(os.path.dirname(os.path.abspath(__file__)), "elf.py"))
-        _elf = importlib.util.module_from_spec(_spec)
-        sys.modules["gpudoctor_elf"] = _elf
-        _spec.loader.exec_module(_elf)
+        spec = importlib.util.spec_from_file_location(module_name, os.path.join(os.path.dirname(os.path.abspath(__file__)), file_name))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        return module
+
+
+_elf = _sibling("gpudoctor_elf", "elf.py")
+_result_module = _sibling("gpudoctor_fatbin_result", "fatbin_result.py")
+if TYPE_CHECKING:  # the names mypy reads; at run time the sibling's (the same class inside the package)
+    from gpudoctor.probes.elf import Reader as _Reader
+    from gpudoctor.probes.fatbin_result import FatbinScan
+else:
+    FatbinScan = _result_module.FatbinScan
+    _Reader = _elf.Reader
+# Statuses (fatbin_result.py): the snapshot's strings plus "not_elf" (FatbinScan.fact_status maps it).
+OK = _result_module.OK
+ABSENT = _result_module.ABSENT
+ERROR = _result_module.ERROR
+NO_PERMISSION = _result_module.NO_PERMISSION
+NOT_ELF = _result_module.NOT_ELF
+NOT_SUPPORTED = _result_module.NOT_SUPPORTED
 SHT_NOBITS = _elf.SHT_NOBITS
-_Reader = _elf.Reader
 
 # --- fatbin (section.h, layout) ------------------------------------------------------------
 FATBIN_SECTION = b".nv_fatbin"  # section.h: FATBIN_DATA_SECTION_NAME
@@ -102,99 +115,6 @@ MAX_RESYNC_BYTES = 8 << 20  # bytes we may read looking for a container magic af
 RESYNC_CHUNK = 64 << 10
 MAX_WRAPPER_BYTES = 1 << 20
 MAX_CONCAT_HEADER = 1 << 20
-
-
-# FatbinScan's fields, in order (its __init__, equality and repr).
-_SCAN_FIELDS = ("status", "detail", "sm", "sm_variants", "ptx", "ptx_variants", "ptx_isa", "lto", "entries", "compressed",
-                "containers", "relocatable", "sections", "counts", "bytes_read")
-
-
-class FatbinScan:
-    """What one ELF file's fatbin holds. Lists are sorted and unique.
-
-    ``sm``/``sm_variants``/``ptx``/``ptx_variants`` match ``cuobjdump --list-elf --list-ptx``:
-    cubin names as cuobjdump prints them (``sm_90a``; a family cubin ``sm_100f`` prints as
-    ``sm_100``: nvcc makes it the same code as ``sm_100``), PTX as ``compute_<arch>[a|f]``.
-
-    Fields: status, detail; sm (cubin archs: [80, 90]), sm_variants (["sm_80", "sm_90", "sm_90a"]),
-    ptx (PTX archs: [90]), ptx_variants (["compute_90", "compute_100f"]), ptx_isa (PTX ISA
-    versions: ["9.0"], CUDA 13.0), lto (LTO-IR archs, nvcc -dlto: not runnable as is); entries
-    (seen: cubin + PTX + LTO + unknown kinds; concat members one by one), compressed (of which
-    LZ4 or zstd), containers, relocatable (entries in __nv_relfatbin of a file that also has
-    .nv_fatbin), sections (fatbin sections found). Not in to_json (diagnostics, not facts):
-    counts (entries per name, as cuobjdump would count them: {"sm_80": 2, "compute_90": 1})
-    and bytes_read (how many bytes of the file were read).
-
-    A plain class that behaves as the dataclass it was (keyword or positional fields, equality,
-    repr): ``dataclasses`` and the ``inspect``/``ast`` modules it imports cost the --python
-    child ~5 ms of its start, on every check.
-    """
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value (as @dataclass(eq=True))
-
-    def __init__(self, status: str = OK, detail: str = "", sm: Optional[List[int]] = None, sm_variants: Optional[List[str]] = None,
-                 ptx: Optional[List[int]] = None, ptx_variants: Optional[List[str]] = None, ptx_isa: Optional[List[str]] = None,
-                 lto: Optional[List[int]] = None, entries: int = 0, compressed: int = 0, containers: int = 0, relocatable: int = 0,
-                 sections: Optional[List[str]] = None, counts: Optional[Dict[str, int]] = None, bytes_read: int = 0) -> None:
-        self.status = status
-        self.detail = detail
-        self.sm: List[int] = [] if sm is None else sm
-        self.sm_variants: List[str] = [] if sm_variants is None else sm_variants
-        self.ptx: List[int] = [] if ptx is None else ptx
-        self.ptx_variants: List[str] = [] if ptx_variants is None else ptx_variants
-        self.ptx_isa: List[str] = [] if ptx_isa is None else ptx_isa
-        self.lto: List[int] = [] if lto is None else lto
-        self.entries = entries
-        self.compressed = compressed
-        self.containers = containers
-        self.relocatable = relocatable
-        self.sections: List[str] = [] if sections is None else sections
-        self.counts: Dict[str, int] = {} if counts is None else counts
-        self.bytes_read = bytes_read
-
-    def _values(self) -> Tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in _SCAN_FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
-
-    def __repr__(self) -> str:
-        return "FatbinScan(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in _SCAN_FIELDS) + ")"
-
-    def to_json(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"status": self.status}
-        if self.detail:
-            out["detail"] = self.detail
-        for key in ("sm", "sm_variants", "ptx", "ptx_variants", "ptx_isa", "lto", "entries", "compressed",
-                    "containers", "relocatable", "sections"):
-            out[key] = getattr(self, key)
-        return out
-
-    @classmethod
-    def from_json(cls, data: Any) -> "FatbinScan":
-        """Inverse of to_json, for snapshot replay; anything malformed becomes an error scan."""
-        if not isinstance(data, dict) or not isinstance(data.get("status"), str):
-            return cls(status=ERROR, detail="not a fatbin scan")
-        scan = cls(status=data["status"], detail=str(data.get("detail", "")))
-        for key in ("sm", "ptx", "lto"):
-            value = data.get(key, [])
-            if isinstance(value, list) and all(isinstance(v, int) for v in value):
-                setattr(scan, key, list(value))
-        for key in ("sm_variants", "ptx_variants", "ptx_isa", "sections"):
-            value = data.get(key, [])
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                setattr(scan, key, list(value))
-        for key in ("entries", "compressed", "containers", "relocatable"):
-            value = data.get(key, 0)
-            if isinstance(value, int):
-                setattr(scan, key, value)
-        return scan
-
-    def fact_status(self) -> str:
-        """The status as a snapshot Fact may carry it (no "not_elf" there)."""
-        return ERROR if self.status == NOT_ELF else self.status
 
 
 class _Collector:

@@ -2,7 +2,7 @@
 
 Standard library only and Python 3.8-compatible: like pyenv.py this runs in the doctor's
 process or inside the interpreter named by ``--python`` (pystack's bootstrap loads it as
-``gpudoctor_flash_attn``). pyenv.collect_plain calls ``collect_plain(ctx)`` with what it has
+``gpudoctor_flash_attn``). pyenv_collect.collect_plain calls ``collect_plain(ctx)`` with what it has
 already read (the search path, the first install of each distribution, editable mappings,
 the torch facts), so nothing is scanned twice.
 

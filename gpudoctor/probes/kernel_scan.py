@@ -1,6 +1,6 @@
 """Every shared object on the interpreter's path that carries CUDA device code, with its owner and its archs.
 
-Standard library only and Python 3.8-compatible: pyenv.collect_plain calls ``collect`` in the
+Standard library only and Python 3.8-compatible: pyenv_collect.collect_plain calls ``collect`` in the
 doctor's process or inside the interpreter named by ``--python`` (pystack's bootstrap loads
 this file as ``gpudoctor_kernel_scan``).
 
@@ -480,7 +480,7 @@ def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[s
             scanner: Optional[Callable[[str], Any]], environ: Optional[Dict[str, str]] = None,
             save: bool = True, shared_objects: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Dict[str, Any]]:
     """``kernels.binaries`` and ``kernels.scan`` for this path. ``save=False``: the caller saves
-    the scan cache once, with what else it adds (pyenv.collect_plain), and sets ``cache_save``.
+    the scan cache once, with what else it adds (pyenv_collect.collect_plain), and sets ``cache_save``.
     ``shared_objects``: filled with every shared object found (path, dist, package), CUDA or not,
     for the torch link check (probes/torch_links.py)."""
     started = time.perf_counter()

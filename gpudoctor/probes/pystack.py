@@ -1,7 +1,7 @@
 """The Python stack probe: torch, the installed distributions and the stack's CUDA kernels.
 
 Without ``--python`` it reads this interpreter's environment in-process. With
-``--python PATH`` it runs the same code (pyenv.py and fatbin.py, plus the flash-attn and vLLM
+``--python PATH`` it runs the same code (pyenv.py with pyenv_collect.py, fatbin.py, plus the flash-attn and vLLM
 collectors flash_attn.py and vllm_build.py, all stdlib-only) inside that interpreter —
 ``PATH -I -c <bootstrap>`` with a timeout, through gpudoctor.runner — and reads the JSON it
 prints, so one pipx-installed gpudoctor serves every venv. Nothing from gpudoctor is imported
@@ -21,7 +21,7 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from gpudoctor import bounded, runner
-from gpudoctor.probes import coldstart, dist_records, dynamic_loader, elf, fatbin, flash_attn, forks, gitfiles, kernel_scan, pyenv, scancache, sglang_kernels, torch_links, vllm_build, vllm_kernels
+from gpudoctor.probes import coldstart, dist_records, dynamic_loader, elf, fatbin, fatbin_result, flash_attn, forks, gitfiles, kernel_scan, pyenv, pyenv_collect, scancache, sglang_kernels, torch_links, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 # The child must answer within this share of the global deadline (the rest is for us).
@@ -107,20 +107,22 @@ def _lazy(name, source, dists, dirs, empty, needs=()):
     collect.__module__ = name
     return collect
 _elf = _load("gpudoctor_elf", {elf})
+_load("gpudoctor_fatbin_result", {fatbin_result})
 _fatbin = _load("gpudoctor_fatbin", {fatbin})
 _load("gpudoctor_forks", {forks})
 _load("gpudoctor_coldstart", {coldstart})
-_pyenv = _load("gpudoctor_pyenv", {pyenv})
+_load("gpudoctor_pyenv", {pyenv})
 _scancache = _load("gpudoctor_scancache", {scancache})
 _load("gpudoctor_dist_records", {dist_records})
 _kernel_scan = _load("gpudoctor_kernel_scan", {kernel_scan})
 _load("gpudoctor_dynamic_loader", {dynamic_loader})
 _load("gpudoctor_torch_links", {torch_links})
+_collect = _load("gpudoctor_pyenv_collect", {pyenv_collect})
 _vk = {vllm_kernels}
 _extras = [_lazy("gpudoctor_flash_attn", {flash_attn}, {fa_gate}), _lazy("gpudoctor_vllm_build", {vllm_build}, {vb_gate}, (("gpudoctor_gitfiles", {gitfiles}),)),
            _lazy("gpudoctor_vllm_kernels", _vk, {vk_gate}),
            _lazy("gpudoctor_sglang_kernels", {sglang_kernels}, {sk_gate}, (("gpudoctor_vllm_kernels", _vk),))]
-sys.exit(_pyenv.main(sys.argv[1:], scanner=_fatbin.scan, extras=_extras))
+sys.exit(_collect.main(sys.argv[1:], scanner=_fatbin.scan, extras=_extras))
 """
 
 
@@ -136,13 +138,13 @@ def _source(module) -> str:
 
 
 def bootstrap(environ=None) -> str:
-    """The ``-c`` program: the stdlib probe modules (elf, fatbin, forks, coldstart, pyenv, scancache, dist_records, kernel_scan, dynamic_loader, torch_links; flash_attn,
-    vllm_build with gitfiles, vllm_kernels and sglang_kernels when needed) as modules, then pyenv.main."""
+    """The ``-c`` program: the stdlib probe modules (elf, fatbin_result, fatbin, forks, coldstart, pyenv, scancache, dist_records, kernel_scan, dynamic_loader, torch_links, pyenv_collect; flash_attn,
+    vllm_build with gitfiles, vllm_kernels and sglang_kernels when needed) as modules, then pyenv_collect.main."""
     where = scancache.cache_dir(os.environ if environ is None else environ)
     code_dir = os.path.join(where, "probe-code") if where else ""
-    return _BOOTSTRAP.format(code_dir=ascii(code_dir), elf=ascii(_source(elf)), fatbin=ascii(_source(fatbin)),
+    return _BOOTSTRAP.format(code_dir=ascii(code_dir), elf=ascii(_source(elf)), fatbin_result=ascii(_source(fatbin_result)), fatbin=ascii(_source(fatbin)),
                              forks=ascii(_source(forks)), coldstart=ascii(_source(coldstart)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)), dist_records=ascii(_source(dist_records)),
-                             kernel_scan=ascii(_source(kernel_scan)), torch_links=ascii(_source(torch_links)),
+                             kernel_scan=ascii(_source(kernel_scan)), torch_links=ascii(_source(torch_links)), pyenv_collect=ascii(_source(pyenv_collect)),
                              dynamic_loader=ascii(_source(dynamic_loader)),
                              flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)), gitfiles=ascii(_source(gitfiles)),
                              vllm_kernels=ascii(_source(vllm_kernels)), sglang_kernels=ascii(_source(sglang_kernels)),
@@ -151,10 +153,10 @@ def bootstrap(environ=None) -> str:
 
 
 # The modules of _BOOTSTRAP, by the names it loads them under.
-_BOOTSTRAPPED = (("gpudoctor_elf", elf), ("gpudoctor_fatbin", fatbin), ("gpudoctor_forks", forks), ("gpudoctor_coldstart", coldstart),
+_BOOTSTRAPPED = (("gpudoctor_elf", elf), ("gpudoctor_fatbin_result", fatbin_result), ("gpudoctor_fatbin", fatbin), ("gpudoctor_forks", forks), ("gpudoctor_coldstart", coldstart),
                  ("gpudoctor_pyenv", pyenv), ("gpudoctor_scancache", scancache), ("gpudoctor_dist_records", dist_records),
                  ("gpudoctor_kernel_scan", kernel_scan),
-                 ("gpudoctor_dynamic_loader", dynamic_loader), ("gpudoctor_torch_links", torch_links), ("gpudoctor_flash_attn", flash_attn), ("gpudoctor_vllm_build", vllm_build),
+                 ("gpudoctor_dynamic_loader", dynamic_loader), ("gpudoctor_torch_links", torch_links), ("gpudoctor_pyenv_collect", pyenv_collect), ("gpudoctor_flash_attn", flash_attn), ("gpudoctor_vllm_build", vllm_build),
                  ("gpudoctor_gitfiles", gitfiles),
                  ("gpudoctor_vllm_kernels", vllm_kernels), ("gpudoctor_sglang_kernels", sglang_kernels))
 
@@ -226,7 +228,7 @@ def collect(ctx) -> Dict[str, Fact]:
                               own) if python else None
     if facts is not None:  # None: only a child standing for this process that could not answer
         return facts
-    plain = pyenv.collect_plain(None, _record_mode(ctx), fatbin.scan,
+    plain = pyenv_collect.collect_plain(None, _record_mode(ctx), fatbin.scan,
                                 [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain,
                                  sglang_kernels.collect_plain],
                                 probe_options, dict(ctx.environ))  # options: called only when vLLM is installed

@@ -2,7 +2,7 @@
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside
 the interpreter named by ``--python`` (pystack's bootstrap loads it as
-``gpudoctor_sglang_kernels``); pyenv.collect_plain calls ``collect_plain(ctx)``.
+``gpudoctor_sglang_kernels``); pyenv_collect.collect_plain calls ``collect_plain(ctx)``.
 
 sglang-kernel (the ``sgl_kernel`` package SGLang requires) ships one ``common_ops`` extension
 per GPU family and a loader that picks one by compute capability
@@ -276,7 +276,7 @@ def collect_optional(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
         found = cached["imports"]
     else:
         found = optional_imports(sglang_dir, os.path.dirname(sglang_dir))
-        cache.put(OPTIONAL_KIND, record or "", key, {"imports": found})  # saved by pyenv.collect_plain
+        cache.put(OPTIONAL_KIND, record or "", key, {"imports": found})  # saved by pyenv_collect.collect_plain
     return {"sglang.optional_imports": fact(found, source=sglang_dir,
                                             detail=f"imported only under try/except: {', '.join(found) or 'none'}")}
 

@@ -1,6 +1,6 @@
 """Every shared object on the path that links torch, checked against the torch installed beside it.
 
-Standard library only and Python 3.8-compatible: pyenv.collect_plain calls ``collect`` in the
+Standard library only and Python 3.8-compatible: pyenv_collect.collect_plain calls ``collect`` in the
 doctor's process or inside the interpreter named by ``--python`` (pystack's bootstrap loads this
 file as ``gpudoctor_torch_links``).
 

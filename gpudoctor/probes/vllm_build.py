@@ -2,7 +2,7 @@
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside
 the interpreter named by ``--python`` (pystack's bootstrap loads it as
-``gpudoctor_vllm_build``); pyenv.collect_plain calls ``collect_plain(ctx)``.
+``gpudoctor_vllm_build``); pyenv_collect.collect_plain calls ``collect_plain(ctx)``.
 
 Facts:
 - ``vllm.build``: version and its parts (setuptools-scm ``0.23.1rc1.dev901+g2f3f441f8``:

@@ -2,7 +2,7 @@
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside
 the interpreter named by ``--python`` (pystack's bootstrap loads it as
-``gpudoctor_vllm_kernels``); pyenv.collect_plain calls ``collect_plain(ctx)``.
+``gpudoctor_vllm_kernels``); pyenv_collect.collect_plain calls ``collect_plain(ctx)``.
 
 vLLM builds some extensions only for some architectures (its CMakeLists selects a per-extension
 arch list with ``cuda_archs_loose_intersection``: ``_qutlass_C`` and ``_deepselect_C`` for
@@ -272,7 +272,7 @@ def collect_plain(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     else:
         shared, sources = _files(vllm_dir, dist)
         extensions = classify(parent, shared, sources) if shared else []
-        cache.put(CACHE_KIND, record or "", key, {"extensions": extensions})  # saved by pyenv.collect_plain
+        cache.put(CACHE_KIND, record or "", key, {"extensions": extensions})  # saved by pyenv_collect.collect_plain
     if not extensions:
         return {"vllm.extensions": fact({"root": vllm_dir, "extensions": []}, source=vllm_dir,
                                         detail="no compiled extension in the vllm package")}

@@ -6,7 +6,7 @@ from gpudoctor.rule import ERROR, Fail, Fix, NotApplicable, Unknown, rule
 from .common import _applies_server, _command_with, _engine
 
 # --- the rules ------------------------------------------------------------------------------------------
-@rule("GD701", "launch-command-invalid", severity=ERROR, area="launch")
+@rule("GD701", "launch-command-invalid", severity=ERROR, area="launch", applies=_applies_server)
 def launch_command_invalid(snap):
     """The launch command has values vLLM's argument parser refuses.
 
@@ -42,9 +42,6 @@ def launch_command_invalid(snap):
     - SGLang: `add_cli_args_from_dataclass` (python/sglang/srt/arg_groups/arg_utils.py) gives each
       field its argparse type and choices; gpudoctor/probes/launch/sglang_values.py reads them.
     """
-    skip = _applies_server(snap)
-    if skip:
-        return skip
     if snap.value("launch.kind") == "sglang-serve":
         return _sglang_values(snap)
     entries = [e for e in snap.value("launch.errors") or [] if isinstance(e, dict)]
@@ -90,7 +87,7 @@ def _sglang_values(snap):
     return fails
 
 
-@rule("GD702", "launch-unknown-flag", severity=ERROR, area="launch")
+@rule("GD702", "launch-unknown-flag", severity=ERROR, area="launch", applies=_applies_server)
 def launch_unknown_flag(snap):
     """The launch command uses flags the installed vLLM (or SGLang) does not define.
 
@@ -123,9 +120,6 @@ def launch_unknown_flag(snap):
     - https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/arg_groups/arg_utils.py
     - https://docs.python.org/3/library/argparse.html#allow-abbrev
     """
-    skip = _applies_server(snap)
-    if skip:
-        return skip
     fact = snap.get("launch.unknown_flags")
     if not fact.ok:
         return Unknown(fact.detail or "cannot check flags")
@@ -153,7 +147,7 @@ def launch_unknown_flag(snap):
     return fails
 
 
-@rule("GD722", "launch-port-taken", severity=ERROR, area="launch")
+@rule("GD722", "launch-port-taken", severity=ERROR, area="launch", applies=_applies_server)
 def launch_port_taken(snap):
     """The port the command will listen on is already taken.
 
@@ -171,9 +165,6 @@ def launch_port_taken(snap):
     - GD602 (rules/processes.py).
     - https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py
     """
-    skip = _applies_server(snap)
-    if skip:
-        return skip
     launch = snap.value("launch.port") or {}
     if launch.get("uds"):
         return NotApplicable("--uds: the server listens on a Unix socket")

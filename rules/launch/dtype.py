@@ -28,7 +28,7 @@ QUANT_MIN_CC_FALLBACK = {"awq": 75, "awq_marlin": 75, "gptq": 60, "gptq_marlin":
                          "bitsandbytes": 70, "gguf": 60, "mxfp4": 80, "modelopt": 89, "modelopt_fp4": 75, "fbgemm_fp8": 80,
                          "experts_int8": 80, "moe_wna16": 70, "machete": 90}
 
-@rule("GD711", "dtype-unsupported-by-gpu", severity=ERROR, area="launch")
+@rule("GD711", "dtype-unsupported-by-gpu", severity=ERROR, area="launch", applies=_applies)
 def dtype_unsupported_by_gpu(snap):
     """The model's dtype (bfloat16) needs a GPU with compute capability ≥ 8.0.
 
@@ -49,9 +49,6 @@ def dtype_unsupported_by_gpu(snap):
       https://github.com/vllm-project/vllm/issues/1157,
       https://github.com/vllm-project/vllm/issues/2374.
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     group, why = _group(snap)
     if group is None:
         return Unknown(why)
@@ -99,7 +96,7 @@ def _fp8_weights(snap) -> Optional[str]:
     return None
 
 
-@rule("GD712", "fp8-without-native-support", severity=WARNING, area="launch")
+@rule("GD712", "fp8-without-native-support", severity=WARNING, area="launch", applies=_applies)
 def fp8_without_native_support(snap):
     """FP8 weights or an FP8 KV cache on a GPU without FP8 tensor cores (compute capability < 8.9).
 
@@ -120,9 +117,6 @@ def fp8_without_native_support(snap):
     - vLLM docs features/quantization/fp8.md and quantization/README.md.
     - https://docs.vllm.ai/en/latest/features/quantization/fp8/
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     group, why = _group(snap)
     if group is None:
         return Unknown(why)
@@ -164,7 +158,7 @@ def _quant_min(snap, method: str) -> Optional[int]:
     return QUANT_MIN_CC_FALLBACK.get(method)
 
 
-@rule("GD713", "quantization-unsupported-by-gpu", severity=ERROR, area="launch")
+@rule("GD713", "quantization-unsupported-by-gpu", severity=ERROR, area="launch", applies=_applies)
 def quantization_unsupported_by_gpu(snap):
     """The quantization method needs a newer GPU than the one the engine runs on.
 
@@ -185,9 +179,6 @@ def quantization_unsupported_by_gpu(snap):
       `get_min_capability` in vllm/model_executor/layers/quantization/
     - https://docs.vllm.ai/en/latest/features/quantization/
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     group, why = _group(snap)
     if group is None:
         return Unknown(why)
@@ -217,7 +208,7 @@ def quantization_unsupported_by_gpu(snap):
     return fails
 
 
-@rule("GD714", "attention-backend-unsupported", severity=ERROR, area="launch")
+@rule("GD714", "attention-backend-unsupported", severity=ERROR, area="launch", applies=_applies)
 def attention_backend_unsupported(snap):
     """The attention backend chosen for the launch cannot run on these GPUs (or does not exist here).
 
@@ -239,9 +230,6 @@ def attention_backend_unsupported(snap):
     - vLLM docs/design/attention_backends.md; vllm/vllm_flash_attn/flash_attn_interface.py;
       https://github.com/vllm-project/vllm/issues/50292.
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     args = _args(snap)
     attention = args.get("--attention-config") if isinstance(args.get("--attention-config"), dict) else {}
     env = snap.value("env") or {}

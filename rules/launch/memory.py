@@ -219,7 +219,7 @@ def _holders(gpu: Dict[str, Any]) -> str:
     return "; held by " + ", ".join(parts)
 
 
-@rule("GD708", "gpu-memory-utilization-exceeds-free", severity=ERROR, area="launch")
+@rule("GD708", "gpu-memory-utilization-exceeds-free", severity=ERROR, area="launch", applies=_applies)
 def gpu_memory_utilization_exceeds_free(snap):
     """`--gpu-memory-utilization` × total memory is more than is free on a GPU: vLLM refuses to start.
 
@@ -261,9 +261,6 @@ def gpu_memory_utilization_exceeds_free(snap):
       https://github.com/vllm-project/vllm/issues/55510,
       https://github.com/vllm-project/vllm/issues/42017.
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     decided_fact = snap.get("launch.vllm.memory")
     if not decided_fact.ok or not isinstance(decided_fact.value, dict):
         return Unknown(f"what the installed vLLM does with GPU memory at startup is not read ({decided_fact.describe()})")

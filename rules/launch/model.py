@@ -8,7 +8,7 @@ from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, ru
 from .common import _applies, _applies_server, _args, _command_with, _config, _engine_name, _int, _is_sglang, _num, _vllm_version
 from .memory import _derived_max_len
 
-@rule("GD703", "model-unreadable", severity=ERROR, area="launch")
+@rule("GD703", "model-unreadable", severity=ERROR, area="launch", applies=_applies_server)
 def model_unreadable(snap):
     """The model (or its config.json or weights) cannot be read where the command points.
 
@@ -33,9 +33,6 @@ def model_unreadable(snap):
     - vLLM `DefaultModelLoader` ("Cannot find any model weights with …").
     - https://huggingface.co/docs/safetensors/index
     """
-    skip = _applies_server(snap)
-    if skip:
-        return skip
     fails = []
     for prefix, what in (("model", "model"), ("drafter", "speculative drafter")):
         source = snap.get(f"{prefix}.source")
@@ -81,7 +78,7 @@ def model_unreadable(snap):
     return fails
 
 
-@rule("GD704", "model-not-cached-offline", severity=ERROR, area="launch")
+@rule("GD704", "model-not-cached-offline", severity=ERROR, area="launch", applies=_applies)
 def model_not_cached_offline(snap):
     """Hugging Face offline mode is on and the model is not in the local cache.
 
@@ -102,9 +99,6 @@ def model_not_cached_offline(snap):
       "Manage the cache" (models--ORG--NAME/snapshots layout).
     - https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     fails = []
     seen_offline = False
     for prefix, what in (("model", "model"), ("drafter", "speculative drafter")):
@@ -224,7 +218,7 @@ def _sglang_context_length(snap):
                 severity=WARNING if allowed else ERROR)
 
 
-@rule("GD723", "architecture-needs-trust-remote-code", severity=ERROR, area="launch")
+@rule("GD723", "architecture-needs-trust-remote-code", severity=ERROR, area="launch", applies=_applies)
 def architecture_needs_trust_remote_code(snap):
     """The model's architecture is not one vLLM implements, and `--trust-remote-code` is missing.
 
@@ -246,9 +240,6 @@ def architecture_needs_trust_remote_code(snap):
       "Supported models" (Transformers backend fallback, trust_remote_code).
     - https://docs.vllm.ai/en/latest/models/supported_models/
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     cfg = _config(snap)
     if cfg is None:
         return Unknown(f"model config unknown ({snap.get('model.config').describe()})")

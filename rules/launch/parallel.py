@@ -104,7 +104,7 @@ def _largest_divisor_tp(snap, gpus: int) -> int:
     return 1
 
 
-@rule("GD706", "tensor-parallel-does-not-divide-model", severity=ERROR, area="launch")
+@rule("GD706", "tensor-parallel-does-not-divide-model", severity=ERROR, area="launch", applies=_applies_server)
 def tensor_parallel_does_not_divide_model(snap):
     """The tensor-parallel size does not divide the model's attention heads (or PP its layers).
 
@@ -129,9 +129,6 @@ def tensor_parallel_does_not_divide_model(snap):
       python/sglang/srt/utils/common.py (`divide`, `ensure_divisibility`);
       https://github.com/sgl-project/sglang/issues/3246
     """
-    skip = _applies_server(snap)
-    if skip:
-        return skip
     cfg = _config(snap)
     if cfg is None:
         return Unknown(f"model config unknown ({snap.get('model.config').describe()})")
@@ -168,7 +165,7 @@ def tensor_parallel_does_not_divide_model(snap):
     return fails
 
 
-@rule("GD707", "tensor-parallel-group-mixed-gpus", severity=ERROR, area="launch")
+@rule("GD707", "tensor-parallel-group-mixed-gpus", severity=ERROR, area="launch", applies=_applies)
 def tensor_parallel_group_mixed_gpus(snap):
     """The GPUs of one tensor/pipeline-parallel group are not the same model.
 
@@ -186,9 +183,6 @@ def tensor_parallel_group_mixed_gpus(snap):
     - GD301 (rules/gpu.py).
     - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     group, why = _group(snap)
     if group is None:
         return Unknown(why)

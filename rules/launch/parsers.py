@@ -7,7 +7,7 @@ import difflib
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 from .common import _applies, _args, _command_with, _vllm_version
 
-@rule("GD721", "parser-unknown", severity=ERROR, area="launch")
+@rule("GD721", "parser-unknown", severity=ERROR, area="launch", applies=_applies)
 def parser_unknown(snap):
     """`--tool-call-parser` / `--reasoning-parser` names a parser the installed vLLM does not have.
 
@@ -30,9 +30,6 @@ def parser_unknown(snap):
     - https://docs.vllm.ai/en/latest/features/tool_calling/
     - https://docs.vllm.ai/en/v0.11.2/features/reasoning_outputs/
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     args = _args(snap)
     tool, reasoning = args.get("--tool-call-parser"), args.get("--reasoning-parser")
     if isinstance(reasoning, str) and reasoning.lower() == "none":

@@ -10,7 +10,7 @@ from .common import _applies, _applies_server, _args, _command_with, _config, _i
 
 SPEC_WITH_AUX_LAYERS = {"dflash", "eagle3", "dspark", "extract_hidden_states"}
 
-@rule("GD716", "speculative-method-unknown", severity=ERROR, area="launch")
+@rule("GD716", "speculative-method-unknown", severity=ERROR, area="launch", applies=_applies)
 def speculative_method_unknown(snap):
     """The speculative decoding method is not one the installed vLLM knows.
 
@@ -28,9 +28,6 @@ def speculative_method_unknown(snap):
     - vllm/config/speculative.py `SpeculativeMethod`.
     - https://github.com/vllm-project/vllm/blob/main/docs/features/speculative_decoding/README.md
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     spec = _spec(snap)
     if not spec:
         return NotApplicable("no speculative decoding")
@@ -55,7 +52,7 @@ def speculative_method_unknown(snap):
     )
 
 
-@rule("GD717", "speculative-drafter-unreadable", severity=ERROR, area="launch")
+@rule("GD717", "speculative-drafter-unreadable", severity=ERROR, area="launch", applies=_applies_server)
 def speculative_drafter_unreadable(snap):
     """The speculative drafter named in `--speculative-config` is missing or its config.json is unreadable.
 
@@ -76,9 +73,6 @@ def speculative_drafter_unreadable(snap):
     - https://github.com/vllm-project/vllm/blob/main/docs/features/speculative_decoding/README.md
     - https://docs.sglang.ai/advanced_features/speculative_decoding.html
     """
-    skip = _applies_server(snap)
-    if skip:
-        return skip
     sglang = snap.value("launch.kind") == "sglang-serve"
     where = "--speculative-draft-model-path" if sglang else "--speculative-config model"
     if sglang and not (snap.value("launch.sglang_model") or {}).get("speculative_draft_model_path"):
@@ -118,7 +112,7 @@ def _layer_ids(dcfg: Dict[str, Any], method: str) -> Tuple[Optional[List[Any]], 
     return None, ""
 
 
-@rule("GD718", "speculative-target-layers-invalid", severity=ERROR, area="launch")
+@rule("GD718", "speculative-target-layers-invalid", severity=ERROR, area="launch", applies=_applies)
 def speculative_target_layers_invalid(snap):
     """The drafter's target layer ids do not fit the target model (DFlash / EAGLE-3).
 
@@ -142,9 +136,6 @@ def speculative_target_layers_invalid(snap):
     - vllm-project/vllm PR #40727; https://github.com/sgl-project/sglang/issues/37475,
       https://github.com/sgl-project/sglang/issues/37476.
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     spec = _spec(snap)
     method = str(spec.get("method") or "")
     if not spec:
@@ -212,7 +203,7 @@ def advisories_for(feature: str, snap) -> List[advisories.AdvisoryResult]:
     return list(advisories.advisories_for(feature, facts) or [])
 
 
-@rule("GD719", "speculative-method-needs-fixes", severity=ERROR, area="launch")
+@rule("GD719", "speculative-method-needs-fixes", severity=ERROR, area="launch", applies=_applies)
 def speculative_method_needs_fixes(snap):
     """The installed vLLM lacks fixes the chosen speculative method needs.
 
@@ -232,9 +223,6 @@ def speculative_method_needs_fixes(snap):
     - gpudoctor/knowledge/advisories.py.
     - https://github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     method = str(_spec(snap).get("method") or "")
     if not method:
         return NotApplicable("no speculative method")
@@ -265,7 +253,7 @@ def speculative_method_needs_fixes(snap):
     return None
 
 
-@rule("GD720", "num-speculative-tokens-invalid", severity=ERROR, area="launch")
+@rule("GD720", "num-speculative-tokens-invalid", severity=ERROR, area="launch", applies=_applies)
 def num_speculative_tokens_invalid(snap):
     """`num_speculative_tokens` is missing, not a positive integer, or beyond what the drafter predicts.
 
@@ -283,9 +271,6 @@ def num_speculative_tokens_invalid(snap):
     - vllm/v1/spec_decode/dflash.py (query tokens per request = 1 + num_speculative_tokens).
     - https://github.com/vllm-project/vllm/blob/main/docs/features/speculative_decoding/README.md
     """
-    skip = _applies(snap)
-    if skip:
-        return skip
     spec = _spec(snap)
     if not spec:
         return NotApplicable("no speculative decoding")

@@ -20,7 +20,7 @@ import time
 T0 = time.time()
 
 from gpudoctor import runner  # noqa: E402
-from gpudoctor.probes import pyenv, pystack, scancache  # noqa: E402
+from gpudoctor.probes import pyenv_collect, pystack, scancache  # noqa: E402
 
 STAMP = 'sys.stderr.write("T %s %.6f\\n" % ({what}, __import__("time").time()))\n'
 
@@ -29,7 +29,7 @@ def _stamped(line: str, what: str, indent: str) -> str:
     return indent + STAMP.format(what=what) + line
 
 
-def _patch_pyenv(source: str) -> str:
+def _patch_collect(source: str) -> str:
     marks = [
         ('    try:\n        out: Dict[str, Any] = {"facts": collect_plain(', '"main"', "    "),
         ('    sys.stdout.write(json.dumps(out, default=str))', '"collected"', "    "),
@@ -47,21 +47,21 @@ def _patch_pyenv(source: str) -> str:
 
 def main(argv):
     real_source = pystack._source
-    pystack._source = lambda module: _patch_pyenv(real_source(module)) if module is pyenv else real_source(module)
+    pystack._source = lambda module: _patch_collect(real_source(module)) if module is pyenv_collect else real_source(module)
     pystack._BOOTSTRAP = pystack._BOOTSTRAP.replace(
         "_elf = _load(", 'sys.stderr.write("T child-up %.6f\\n" % __import__("time").time())\n_elf = _load(', 1).replace(
-        "sys.exit(_pyenv.main(", 'sys.stderr.write("T modules-loaded %.6f\\n" % __import__("time").time())\nsys.exit(_pyenv.main(', 1)
+        "sys.exit(_collect.main(", 'sys.stderr.write("T modules-loaded %.6f\\n" % __import__("time").time())\nsys.exit(_collect.main(', 1)
     real_seed = pystack.seed_code
 
-    def seed(environ):  # the patched pyenv, compiled here under the key the child looks for
+    def seed(environ):  # the patched pyenv_collect, compiled here under the key the child looks for
         real_seed(environ)
         where = scancache.cache_dir(environ)
-        source = pystack._source(pyenv)
-        key = pystack.code_key("gpudoctor_pyenv", source)
+        source = pystack._source(pyenv_collect)
+        key = pystack.code_key("gpudoctor_pyenv_collect", source)
         from gpudoctor.probes import codecache
 
         if where:
-            codecache.store(os.path.join(where, "probe-code", key + ".bin"), compile(source, "<gpudoctor gpudoctor_pyenv>", "exec"))
+            codecache.store(os.path.join(where, "probe-code", key + ".bin"), compile(source, "<gpudoctor gpudoctor_pyenv_collect>", "exec"))
     pystack.seed_code = seed
     steps = {}
     real_start, real_wait = runner.start, runner.Started.wait

@@ -10,8 +10,8 @@ from gpudoctor.probes import Context, cuda
 from gpudoctor.snapshot import Snapshot, ok
 
 from cases import Case
-from test_cuda_probe import GCC_13, NVCC_12_4, NVCC_13_0, executable, toolkit
-from test_cuda_rules import H200, binary, h200, shadow_snapshot, with_gpu
+from fakes.cuda_toolkit import GCC_13, NVCC_12_4, NVCC_13_0, executable, toolkit
+from fakes.cuda_snapshots import H200, binary, h200, shadow_snapshot, with_gpu
 
 
 def _tree(tmp):

@@ -11,7 +11,7 @@ from gpudoctor.snapshot import ok
 
 from cases import Case
 from flash_attn_trees import EXT_OLD, TORCHABI, fa2, fa4, sglang, snapshot, torch_site, vllm
-from test_pystack_env import SitePackages
+from fakes.site_packages import SitePackages
 
 HOST = {"host__cpus": 16, "host__memory_available": 64 << 30}
 NVCC12 = {"cuda__home": {"path": "/usr/local/cuda-12.8", "nvcc": "/usr/local/cuda-12.8/bin/nvcc", "nvcc_version": "12.8"}}

@@ -127,8 +127,8 @@ def sglang_serve(*flags: str):
     SGLang laid out as pip installs 0.5.23 (tests/test_preflight_sglang.py has its other fields)."""
     def build(tmp):
         from gpudoctor.probes.launch import probe
-        from test_preflight_sglang import MODEL, SERVER_ARGS, SERVING
-        from test_pystack_env import SitePackages
+        from fakes.sglang_tree import MODEL, SERVER_ARGS, SERVING
+        from fakes.site_packages import SitePackages
 
         site = SitePackages(tmp / "site")
         site.dist("sglang", "0.5.23", files={

@@ -12,8 +12,8 @@ import os
 from gpudoctor.snapshot import Fact
 
 from cases import Case
-from test_pystack_env import FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages
-from test_pystack_rules import snapshot_of
+from fakes.site_packages import FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages
+from fakes.site_packages import snapshot_of
 
 CPU_TORCH = TORCH_VERSION_PY.replace("'13.0'", "None").replace("+cu130", "+cpu")
 NO_DRIVER = Fact(None, "absent", "nvml", "no NVIDIA driver here (--gpu A100)")

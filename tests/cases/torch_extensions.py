@@ -7,8 +7,9 @@ compiler and linker (tests/test_torch_links.py), collected by the real probe.
 from __future__ import annotations
 
 from cases import Case
-from test_pystack_rules import snapshot_of
-from test_torch_links import CHECK, CPU_TORCH, CXX11, OLD_ABI, SitePackages, install, libc10
+from fakes.site_packages import snapshot_of
+from fakes.site_packages import SitePackages
+from fakes.torch_extensions import CHECK, CPU_TORCH, CXX11, OLD_ABI, install, libc10
 
 
 def site(*extensions, break_torch=False):

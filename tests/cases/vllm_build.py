@@ -11,8 +11,8 @@ import json
 
 from cases import Case
 from flash_attn_trees import DFLASH_BEFORE_46104, RUNNER_BEFORE_40727, snapshot, torch_site, vllm
-from test_pystack_env import SitePackages
-from test_vllm_build import SHA, install_editable, make_checkout
+from fakes.site_packages import SitePackages
+from fakes.vllm_checkout import SHA, install_editable, make_checkout
 
 NEW_RUNNER = {
     "vllm/v1/worker/gpu_model_runner.py": "from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import get_eagle3_aux_layers_from_config\n",

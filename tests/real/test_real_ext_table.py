@@ -28,7 +28,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import realenv  # noqa: E402
-from test_pystack_env import SitePackages  # noqa: E402
+from fakes.site_packages import SitePackages  # noqa: E402
 from test_real_torch_links import (  # noqa: E402
     OLD_ABI_SYMBOL, SOURCE, build_extension, explain_verdict, gd508, overlay, real_import, site_of, torch_venv)
 

@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import realenv  # noqa: E402
-from test_pystack_env import SitePackages  # noqa: E402
+from fakes.site_packages import SitePackages  # noqa: E402
 
 pytestmark = pytest.mark.real
 

@@ -380,7 +380,7 @@ def sglang_facts(program_argv: Sequence[str], words: Sequence[str], environ: Dic
     """``launch.sglang`` (where the command's SGLang is), ``launch.model``, ``launch.port`` (its default read
     from SGLang's source), ``launch.unknown_flags`` for `sglang serve …` / `python -m sglang.launch_server …`,
     and the model's and the drafter's config (``model.*``, ``drafter.*``) as for vLLM."""
-    from gpudoctor.probes.launch import sglang_args
+    from gpudoctor.probes.launch import sglang_args, sglang_args_cache
 
     facts: Dict[str, Fact] = {}
     location = vllm_source.locate(program_argv, environ, python, own_paths, timeout, deadline, package="sglang")
@@ -390,7 +390,7 @@ def sglang_facts(program_argv: Sequence[str], words: Sequence[str], environ: Dic
         facts["launch.sglang"] = missing(ABSENT, why, "filesystem")
         facts["launch.unknown_flags"] = missing(ABSENT, f"cannot check flags: {why}", "sglang source")
         return facts
-    read = sglang_args.read_flags(location.package)
+    read = sglang_args_cache.read_flags(location.package)
     facts["launch.sglang"] = ok(dict(location.to_json(), flags=len(read["flags"]), files=read["files"]), location.package,
                                 f"found via {location.how}")
     known = read["flags"]

@@ -233,7 +233,9 @@ def _sglang_delta(before: Optional[Dict[str, Any]], after: Dict[str, Any]) -> Di
 # (``request_time_per_output_token`` = decode / (n − 1)); inter-token latency is observed once
 # per engine step and request — with speculative decoding a step emits 1 + accepted tokens, so
 # a tokens/s taken from it is per step, not per token. SGLang's collector has the same TTFT
-# and inter-token histograms under ``sglang:``, and no decode-time one.
+# and inter-token histograms under ``sglang:``, and no decode-time one; its inter-token histogram
+# is per token (``observe_inter_token_latency`` spreads each interval over its new tokens,
+# python/sglang/srt/observability/metrics_collector.py), so its count over its sum is tokens/s.
 TIMING_HISTOGRAMS = {
     "time_to_first_token_seconds": "ttft",
     "request_decode_time_seconds": "decode",
@@ -277,7 +279,11 @@ def timing_delta(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any
         out["generated_tokens"] = _number(d["generated_sum"])
     if d.get("decode_sum", 0.0) > 0 and after_first > 0:
         out["decode_tokens_per_s"] = round(after_first / d["decode_sum"], 2)
-    if d.get("itl_count"):
+    if d.get("itl_count") and after["scheme"] == "sglang":
+        if d["itl_sum"] > 0:
+            out["decode_tokens_per_s"] = round(d["itl_count"] / d["itl_sum"], 2)
+        out["itl_ms"] = round(d["itl_sum"] / d["itl_count"] * 1000, 3)
+    elif d.get("itl_count"):
         out["steps"] = _number(d["itl_count"])
         out["itl_per_step_ms"] = round(d["itl_sum"] / d["itl_count"] * 1000, 3)
         if d["itl_sum"] > 0:
