@@ -14,9 +14,9 @@ from gpudoctor.snapshot import Snapshot
 
 # The launch rules whose guard is the decorator's (rules/launch/common.py): vLLM servers only, and
 # the two that hold for an SGLang server too (its flags, its port).
-VLLM_ONLY = ["GD701", "GD704", "GD707", "GD708", "GD711", "GD712", "GD713", "GD714", "GD716", "GD718", "GD719", "GD720",
+VLLM_ONLY = ["GD704", "GD707", "GD708", "GD711", "GD712", "GD713", "GD714", "GD716", "GD718", "GD719", "GD720",
              "GD721", "GD723"]
-SERVER = ["GD702", "GD703", "GD706", "GD717", "GD722"]
+SERVER = ["GD701", "GD702", "GD703", "GD706", "GD717", "GD722"]
 
 
 def snapshot(**facts) -> Snapshot:

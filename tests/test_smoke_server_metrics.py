@@ -67,3 +67,28 @@ def test_other_traffic_is_said():
     measured = {"decode_tokens_per_s_chunks": 100.0}
     server_figures(measured, {"timing": before}, delta)
     assert measured["server_metrics"]["requests"] == 2 and "other traffic" in measured["server_metrics"]["note"]
+
+
+# SGLang's collector (python/sglang/srt/observability/metrics_collector.py, names checked against the
+# wheel by tests/real/test_sglang_wire.py): its inter-token histogram is observed per token
+# (observe_inter_token_latency spreads each interval over its new tokens), so count / sum is tokens/s.
+SGLANG_BEFORE = """\
+sglang:time_to_first_token_seconds_count{model_name="m",is_streaming="true"} 3.0
+sglang:time_to_first_token_seconds_sum{model_name="m",is_streaming="true"} 0.3
+sglang:inter_token_latency_seconds_count{model_name="m"} 300.0
+sglang:inter_token_latency_seconds_sum{model_name="m"} 3.0
+"""
+SGLANG_AFTER = """\
+sglang:time_to_first_token_seconds_count{model_name="m",is_streaming="true"} 4.0
+sglang:time_to_first_token_seconds_sum{model_name="m",is_streaming="true"} 0.34
+sglang:inter_token_latency_seconds_count{model_name="m"} 363.0
+sglang:inter_token_latency_seconds_sum{model_name="m"} 3.252
+"""
+
+
+def test_sglangs_inter_token_histogram_is_per_token():
+    before = prom.request_timing(prom.parse(SGLANG_BEFORE)[0])
+    after = prom.request_timing(prom.parse(SGLANG_AFTER)[0])
+    delta = prom.timing_delta(before, after)
+    assert delta["scheme"] == "sglang" and delta["requests"] == 1 and delta["ttft_ms"] == pytest.approx(40.0)
+    assert delta["decode_tokens_per_s"] == pytest.approx(63 / 0.252, rel=1e-3) and "steps" not in delta
