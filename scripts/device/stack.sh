@@ -99,6 +99,15 @@ if ls "$R"/.whl/sgl/*.whl >/dev/null 2>&1; then
       > "$dir/preflight-sgl-${args// /_}.txt" 2>&1
     log "preflight sglang serve $args: exit $? $(grep -o -m2 'GD70[15]\|GD724' "$dir/preflight-sgl-${args// /_}.txt" | tr '\n' ' ')"
   done
+  # The model read from a local directory (Qwen3-8B's config.json): heads against --tp (GD706), --context-length
+  # against its context (GD715), a value its parser refuses (GD701); the right command passes.
+  mkdir -p "$work/qwen3-8b" && printf '%s' '{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 36, "hidden_size": 4096, "max_position_embeddings": 40960, "torch_dtype": "bfloat16", "vocab_size": 151936, "head_dim": 128}' > "$work/qwen3-8b/config.json"
+  for args in "--tp 3" "--context-length 128k" "--tp two --dtype bfloat17" "--tp 1 --context-length 32k --dtype bfloat16"; do
+    GPUDOCTOR_HUB=0 gd preflight --python "$work/sgl/bin/python" -- "$work/sgl/bin/sglang" serve --model-path "$work/qwen3-8b" $args \
+      > "$dir/preflight-sgl-model-${args// /_}.txt" 2>&1
+    log "preflight sglang serve (local Qwen3-8B config) $args: exit $? $(grep -o 'GD70[0-9]\|GD71[0-9]' "$dir/preflight-sgl-model-${args// /_}.txt" | sort -u | tr '\n' ' ')"
+  done
+  gd snapshot --python "$work/sgl/bin/python" -o "$dir/h200-sglang.json" > "$dir/snapshot-sgl.txt" 2>&1; log "snapshot --python SGLANG_VENV: exit $?"
 fi
 
 # --- 5. real extensions built for another torch, each in its own venv over the machine's torch -------
