@@ -21,15 +21,17 @@ MAX_OUTPUT = 8 << 20  # the file list of a large distribution (torch: ~15k files
 
 # argv[1]: the distribution name. Prints one JSON object.
 SCRIPT = r'''
-import json, os, re, sys
+import json, os, re, sys, sysconfig
 from importlib import metadata
 
 def key(name):
     return re.sub(r"[-_.]+", "-", name or "").lower()
 
 want = key(sys.argv[1])
+paths = sysconfig.get_paths()
 out = {"found": False, "required_by": [], "prefix": sys.prefix,
-       "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix)}
+       "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix),
+       "purelib": paths.get("purelib"), "platlib": paths.get("platlib"), "scripts": paths.get("scripts")}
 for dist in metadata.distributions():
     try:
         name = dist.metadata["Name"] or ""
