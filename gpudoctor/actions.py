@@ -89,6 +89,7 @@ class StackAction:
     index_url: str = ""
     replace_index: bool = False
     flags: Tuple[str, ...] = ()  # "--force-reinstall", "--no-deps": as the finding's command has them
+    index_last: bool = False  # the index option after the requirements, as torch's install commands have always read
 
     type = "stack"
 
@@ -97,6 +98,8 @@ class StackAction:
         if self.kind == "uninstall":
             return [self.python, "-m", "pip", "uninstall", "-y", self.dist]
         if self.kind in ("replace", "install") and self.requirements:
+            if self.index_last:
+                return [self.python, "-m", "pip", "install", *self.flags, *self.requirements, *self.pip_options[len(self.flags):]]
             return [self.python, "-m", "pip", "install", *self.pip_options, *self.requirements]
         raise ValueError(f"unknown stack action kind {self.kind!r} (or nothing to install)")
 
@@ -147,13 +150,14 @@ def uninstall(snap: Any, dist: str, version: str, rule: str, why: str) -> Option
 
 
 def install(snap: Any, kind: str, dist: str, version: str, requirements: Sequence[str], rule: str, why: str,
-            index_url: str = "", replace_index: bool = False, flags: Sequence[str] = ()) -> Optional[StackAction]:
+            index_url: str = "", replace_index: bool = False, flags: Sequence[str] = (), index_last: bool = False) -> Optional[StackAction]:
     """A replace / install with the checked environment's own pip; None when its interpreter is
     not known, or when an index is only a placeholder (``cuXYZ``: a tag gpudoctor could not read)."""
     python = _python(snap)
     if not python or not requirements or "cuXYZ" in index_url:
         return None
-    return StackAction(kind, dist, str(version or ""), python, rule, why, tuple(requirements), index_url, replace_index, tuple(flags))
+    return StackAction(kind, dist, str(version or ""), python, rule, why, tuple(requirements), index_url, replace_index, tuple(flags),
+                       index_last)
 
 
 def _python(snap: Any) -> Optional[str]:
