@@ -269,8 +269,8 @@ def remove_added(roots: Sequence[str], before: Set[str]) -> List[str]:
         except OSError:
             stayed.append(path)
     for root in roots:
-        for folder, dirs, names in os.walk(root, topdown=False):
-            if folder != root and not dirs and not names and not any(p.startswith(folder + os.sep) for p in before):
+        for folder, _, _ in os.walk(root, topdown=False):  # bottom-up: a folder is listed again once its own are gone
+            if folder != root and not _listdir(folder) and not any(p.startswith(folder + os.sep) for p in before):
                 try:
                     os.rmdir(folder)
                 except OSError:

@@ -15,8 +15,9 @@ this user cannot write (a read-only mount too: ``access(2)`` says EROFS), a syst
    scripts folder (what pip adds is what is not on it), written to the stash's manifest;
 3. the environment's own pip, the same command as the plan showed, under a timeout;
 4. verify in a child: each resolved distribution is installed at the resolved version, and the
-   top-level modules of the changed distributions import (none that imported before fails; the
-   replaced distribution's own must import: that is what the replacement is for);
+   top-level modules of the changed distributions import (none that imported before fails; a
+   replaced distribution's own must import: that is what the replacement is for); ``gpudoctor fix``
+   then runs the rules again (the finding must be gone);
 5. on any failure — pip's status (a disk full, a conflict found late), a verification that fails,
    Ctrl-C — remove what pip added and put every stashed file back, SHA-256 checked.
 
@@ -29,6 +30,7 @@ import json
 import os
 import re
 import tempfile
+from urllib.parse import urlsplit
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from gpudoctor.actions import StackAction
@@ -45,6 +47,29 @@ UNREACHABLE = re.compile(r"(Could not fetch URL (\S+?):? .*?(?:connection|timed 
                          r"|ProxyError|SSLError|NameResolutionError)[^\n]*?: (\S+)|"
                          r"(?:Failed to establish a new connection|Temporary failure in name resolution|Network is unreachable"
                          r"|Read timed out|Connection refused)[^\n]*)", re.I)
+
+
+REASON = re.compile(r"Name or service not known|Temporary failure in name resolution|Connection refused|timed out|"
+                    r"Network is unreachable|No route to host|certificate verify failed|ProxyError|SSLError", re.I)
+
+
+def _unreachable(said: str, action: StackAction) -> str:
+    """Which index pip could not reach and why, in a few words ("" when it reached them all)."""
+    match = UNREACHABLE.search(said)
+    if not match:
+        return ""
+    start, end = said.rfind("\n", 0, match.start()) + 1, said.find("\n", match.end())
+    line = said[start:end if end >= 0 else len(said)].strip()
+    reason = REASON.search(line)
+    url = re.search(r"https?://[^\s'\"]+", line)
+    where = url.group(0).rstrip(":") if url else ""
+    path = re.search(r"'\)?: (/\S*)\s*$", line)
+    if not where and path:
+        where = path.group(1)
+        index = urlsplit(action.index_url) if action.index_url else None
+        if index and index.path.rstrip("/") and where.startswith(index.path.rstrip("/")):
+            where = f"{index.scheme}://{index.netloc}{where}"  # pip names only the path: it is the action's index
+    return f"{where or 'an index'}: {reason.group(0) if reason else line[:160]}"
 
 
 def _name_of(requirement: str) -> str:
@@ -109,10 +134,10 @@ def resolve(action: StackAction, run: Callable[..., Any]) -> Dict[str, Any]:
         if done.status == "timeout":
             return {"error": f"pip could not resolve {' '.join(action.requirements)} within {RESOLVE_TIMEOUT:.0f} s "
                              "(the index is slow or unreachable): nothing was changed"}
-        unreachable = UNREACHABLE.search(said)
+        unreachable = _unreachable(said, action)
         if unreachable:
-            return {"error": f"the package index cannot be reached ({unreachable.group(0).strip()[:200]}): nothing was "
-                             f"changed. Where pip looks: {action.index_note}"}
+            return {"error": f"the package index cannot be reached ({unreachable}): nothing was changed. "
+                             f"Where pip looks: {action.index_note}"}
         if done.status != "ok" or done.returncode != 0:
             lines = [line.strip() for line in said.splitlines() if line.strip().startswith("ERROR")] or said.strip().splitlines()[-1:]
             return {"error": f"pip cannot install {' '.join(action.requirements)} here ({' '.join(lines)[:400] or done.status}): "
@@ -167,10 +192,11 @@ def apply(action: StackAction, state: Dict[str, Any], run: Callable[..., Any], s
     label = f"{action.kind} {action.dist} {action.version}".strip()
     stash = Stash(str(state.get("purelib") or state.get("location")), files, label, listing={"roots": roots, "before": sorted(before)})
     say(f"kept {len(stash.entries)} file(s) of {len(replaced)} distribution(s) aside in {stash.root}")
+    notes: List[str] = []
     try:
         done = (pip_run or run)(action.argv, timeout=PIP_TIMEOUT, max_output=4 << 20)
         after_pip()
-        problem = _problem(action, done, changes, run, touched, before_imports, state)
+        problem = _problem(action, done, changes, run, touched, before_imports, notes)
     except BaseException as exc:  # Ctrl-C or anything else: the environment goes back as it was
         result = _put_back(stash, roots, before, f"interrupted ({type(exc).__name__}: {exc})".replace(": )", ")"))
         if isinstance(exc, KeyboardInterrupt):
@@ -179,7 +205,8 @@ def apply(action: StackAction, state: Dict[str, Any], run: Callable[..., Any], s
     if problem:
         return _put_back(stash, roots, before, problem)
     stash.drop()
-    return Result(DONE, "installed " + ", ".join(f"{n} {v}" for n, v in changes) + f"; verified in a child of {action.python}")
+    return Result(DONE, "installed " + ", ".join(f"{n} {v}" for n, v in changes) + f"; verified in a child of {action.python}"
+                  + "".join(f"; note: {n}" for n in notes))
 
 
 def _put_back(stash: Stash, roots: Sequence[str], before: Set[str], problem: str) -> Result:
@@ -193,10 +220,12 @@ def _put_back(stash: Stash, roots: Sequence[str], before: Set[str], problem: str
 
 
 def _problem(action: StackAction, done: Any, changes: Sequence[Any], run: Callable[..., Any], touched: Sequence[str],
-             before: Dict[str, str], state: Dict[str, Any]) -> str:
+             before: Dict[str, str], notes: List[str]) -> str:
     if done.status != "ok" or done.returncode != 0:
-        said = (done.stderr or done.stdout or done.detail or "").strip().splitlines()
+        said = (done.stderr or done.stdout or "").strip().splitlines()
         errors = [line for line in said if line.startswith("ERROR")] or said[-1:] or [done.status]
+        if isinstance(done.returncode, int) and done.returncode < 0:
+            return f"pip was killed (signal {-done.returncode}) half-way; its last words: {errors[0].strip()[:300]}"
         return f"pip failed ({errors[0][:300]})"
     now: List[Dict[str, Any]] = []
     for name, version in changes:
@@ -210,9 +239,14 @@ def _problem(action: StackAction, done: Any, changes: Sequence[Any], run: Callab
     after = dist_state.import_failures(action.python, modules, run=run)
     if after is None:
         return "cannot verify: the import test did not answer"
-    own = {m for s in now if _name_of(str(s.get("name"))) == _name_of(action.dist) for m in top_levels(s)}
-    broken = {m: e for m, e in after.items() if m not in before or m in own}
+    # a replacement exists to make its distribution load: its own modules must import. An install must
+    # not break what imported before (a module that failed before, for a reason it does not touch, may still fail)
+    own = {m for s in now if _name_of(str(s.get("name"))) == _name_of(action.dist) for m in top_levels(s)} if action.kind == "replace" else set()
+    new = set(modules) - set(touched)  # not on disk before: an install's, never imported before
+    broken = {m: e for m, e in after.items() if (m not in before and (m not in new or action.kind == "replace")) or m in own}
     if broken:
         name, error = next(iter(broken.items()))
         return f"import {name} fails afterwards: {error}"
+    notes.extend(f"import {m} fails here ({e[:200]}); it was not installed before, so nothing that imported broke"
+                 for m, e in sorted(after.items()) if m in new and m not in broken)
     return ""

@@ -65,6 +65,10 @@ def replace_action(venv, **kw) -> actions.StackAction:
                                ("ext!=1.0", "corelib==2.0"), **kw)
 
 
+def folders(site: Path):
+    return sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_dir() and "__pycache__" not in p.parts)
+
+
 def records_ok(site: Path) -> None:
     for info in site.glob("*.dist-info"):
         if (info / "RECORD").exists():
@@ -153,9 +157,10 @@ def test_pip_failing_half_way_is_undone(venv, wheels, tmp_path):
         (site / "ext-1.1.dist-info" / "RECORD").unlink()  # a kill before pip wrote the RECORD
         return runner.run([argv[0], "-c", "import sys; sys.exit('ERROR: [Errno 28] No space left on device')"], **kw)
 
+    dirs = folders(site)
     result = applied(replace_action(venv), pip_run=dying_pip)
     assert result.status == stack_fix.RESTORED and "pip failed (ERROR: [Errno 28] No space left on device)" in result.detail
-    assert tree(site) == before
+    assert tree(site) == before and folders(site) == dirs  # ext/ stays (it was there), nothing new is left empty
     records_ok(site)
 
 
@@ -254,3 +259,20 @@ def test_the_next_fix_removes_what_a_killed_install_added(venv, wheels, tmp_path
     assert left.listing and left.restore() == []
     assert tree(site) == before and not os.path.exists(stash.root)
     records_ok(site)
+
+
+def test_a_new_package_is_removed_with_its_folders_when_the_install_fails(venv, wheels, tmp_path):
+    """An install of a distribution that was not there (a missing requirement): on failure its files and
+    the folders pip made for them go, so the folder tree is as it was too."""
+    site = broken_env(venv, wheels, tmp_path)
+    build_wheel(wheels, "newdep", "1.0", {"newdep/__init__.py": "", "newdep/sub/deep/mod.py": "X = 1\n"})
+    before, dirs = tree(site), folders(site)
+    action = actions.StackAction("install", "newdep", "", python_of(venv), "GD503", "test", ("newdep==1.0",))
+
+    def interrupt():
+        assert (site / "newdep" / "sub" / "deep" / "mod.py").exists()
+        raise RuntimeError("stopped after pip")
+
+    result = applied(action, after_pip=interrupt)
+    assert result.status == stack_fix.RESTORED and "RuntimeError: stopped after pip" in result.detail, result.detail
+    assert tree(site) == before and folders(site) == dirs

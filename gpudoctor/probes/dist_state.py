@@ -95,9 +95,27 @@ def read(python: str, dist: str, timeout: float = 30.0,
 def import_failures(python: str, modules: List[str], timeout: float = 60.0,
                     run: Callable[..., Any] = runner.run) -> Optional[Dict[str, str]]:
     """Module -> the error importing it raised in a child of ``python`` ({} when all import);
-    None when the child did not answer."""
+    None when a child did not answer in time. A child that dies in the import (a crash in a
+    compiled module: no Python exception to catch) is tried again one module per child, so the
+    others are still judged, and that module's entry says how it died."""
     if not modules:
         return {}
+    answer = _imports(python, modules, timeout, run)
+    if answer is not None:
+        return answer
+    out: Dict[str, str] = {}
+    for module in modules:
+        one = _imports(python, [module], timeout, run) if len(modules) > 1 else None
+        if one is None:
+            crashed = _crashed(python, module, timeout, run)
+            if crashed is None:
+                return None
+            one = crashed
+        out.update(one)
+    return out
+
+
+def _imports(python: str, modules: List[str], timeout: float, run: Callable[..., Any]) -> Optional[Dict[str, str]]:
     done = run([python, "-I", "-c", IMPORT_SCRIPT, *modules], timeout=timeout)
     if done.status != "ok" or done.returncode != 0:
         return None
@@ -106,3 +124,14 @@ def import_failures(python: str, modules: List[str], timeout: float = 60.0,
     except (ValueError, IndexError):
         return None
     return answer if isinstance(answer, dict) else None
+
+
+def _crashed(python: str, module: str, timeout: float, run: Callable[..., Any]) -> Optional[Dict[str, str]]:
+    """How importing ``module`` alone ends when the child dies; None when it does not end in time."""
+    done = run([python, "-I", "-c", IMPORT_SCRIPT, module], timeout=timeout)
+    if done.status == "timeout":
+        return None
+    if done.status == "ok" and done.returncode == 0:
+        return _imports(python, [module], timeout, run)
+    said = (done.stderr or done.stdout or done.detail or "").strip().splitlines()
+    return {module: f"the interpreter died importing it (exit {done.returncode}): {(said[-1] if said else '')[:300]}"}
