@@ -77,11 +77,9 @@ def _name_of(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else ""
 
 
-def _pip_version(python: str, run: Callable[..., Any]) -> Optional[tuple]:
-    done = run([python, "-m", "pip", "--version"], timeout=60)
-    if done.status != "ok" or done.returncode != 0:
-        return None
-    match = re.match(r"pip (\d+)\.(\d+)", done.stdout.strip())
+def _pip_version(state: Dict[str, Any]) -> Optional[tuple]:
+    """The pip distribution's version, read with the environment's other metadata (no `pip --version`: 0.4 s)."""
+    match = re.match(r"(\d+)\.(\d+)", str(state.get("pip") or ""))
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
@@ -107,9 +105,9 @@ def check(action: StackAction, run: Callable[..., Any], allow_system: bool = Fal
     if not state.get("venv") and not allow_system:
         return Check(REFUSED, f"{action.python} is a system Python ({state.get('prefix')}), not a virtual environment: "
                               "run with --yes to change it anyway", state)
-    pip = _pip_version(action.python, run)
+    pip = _pip_version(state)
     if pip is None:
-        return Check(REFUSED, f"{action.python} has no pip (`{action.python} -m pip --version` failed): install it with "
+        return Check(REFUSED, f"{action.python} has no pip (no pip distribution in its environment): install it with "
                               f"`{action.python} -m ensurepip`, then run fix again", state)
     if pip < MIN_PIP:
         return Check(REFUSED, f"{action.python}'s pip {pip[0]}.{pip[1]} cannot resolve without installing (--dry-run needs pip "

@@ -32,12 +32,29 @@ paths = sysconfig.get_paths()
 out = {"found": False, "required_by": [], "prefix": sys.prefix,
        "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix),
        "purelib": paths.get("purelib"), "platlib": paths.get("platlib"), "scripts": paths.get("scripts")}
+HEADER = re.compile(r"^(Name|Version|Requires-Dist):[ \t]*(.*?)\s*$", re.M)
+
+def headers(dist):
+    """Name, version and requirements from the METADATA headers, read once with a regex: the email
+    parser behind dist.metadata and dist.requires (which parses it again) costs 0.4 s over 200 dists."""
+    text = dist.read_text("METADATA")
+    if text is None:  # an .egg-info: PKG-INFO, and requires.txt for the requirements
+        return dist.metadata["Name"] or "", dist.version, dist.requires or []
+    found = {"Name": "", "Version": "", "Requires-Dist": []}
+    for field, value in HEADER.findall(text.split("\n\n", 1)[0]):
+        if field == "Requires-Dist":
+            found[field].append(value)
+        elif not found[field]:
+            found[field] = value
+    return found["Name"], found["Version"], found["Requires-Dist"]
+
 for dist in metadata.distributions():
     try:
-        name = dist.metadata["Name"] or ""
-        requires = dist.requires or []
+        name, version, requires = headers(dist)
     except Exception:  # a broken dist-info of another package: not this one's business
         continue
+    if key(name) == "pip" and "pip" not in out:
+        out["pip"] = version  # which pip `PY -m pip` runs (for --dry-run --report: 22.2+)
     if key(name) == want and not out["found"]:
         meta = getattr(dist, "_path", None)
         location = str(dist.locate_file(""))
@@ -56,13 +73,13 @@ for dist in metadata.distributions():
         if meta is not None and os.path.isdir(str(meta)):
             for root, _, names in os.walk(str(meta)):
                 files.update(os.path.join(root, n) for n in names)
-        out.update(found=True, name=name, version=dist.version, location=location,
+        out.update(found=True, name=name, version=version or dist.version, location=location,
                    meta=str(meta) if meta is not None else None, files=sorted(files),
                    writable=os.access(location, os.W_OK) and (meta is None or os.access(str(meta), os.W_OK)))
     for req in requires:
         match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
         if match and key(match.group(1)) == want and "extra" not in req.partition(";")[2]:
-            out["required_by"].append([name, dist.version, req])
+            out["required_by"].append([name, version, req])
 print(json.dumps(out))
 '''
 
