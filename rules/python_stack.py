@@ -139,7 +139,12 @@ def torch_install_action(snap, rule_id: str, why: str) -> Optional[Any]:
     tag, _ = torch_index(snap)
     if not tag or "==" not in pins[0]:
         return None
-    return install(snap, "install", "torch", str(snap.value("torch.version") or ""), pins, rule_id, why,
+    dists = snap.value("packages.dists")
+    # the distribution's own version (2.14.0), as pip and `fix`'s live check read it; torch.version is
+    # torch/version.py's text, which a PyPI build writes with its CUDA (2.14.0+cu130)
+    entry = dists.get("torch") if isinstance(dists, dict) else None
+    installed = (entry.get("version") if isinstance(entry, dict) else entry) or snap.value("torch.version")
+    return install(snap, "install", "torch", str(installed or ""), pins, rule_id, why,
                    index_url=torch_index_url(snap), replace_index=True, flags=["--force-reinstall"], index_last=True)
 
 
