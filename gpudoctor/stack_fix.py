@@ -32,10 +32,10 @@ import signal
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set
 
 from gpudoctor.actions import StackAction
-from gpudoctor.probes import dist_state
+from gpudoctor.probes import dist_state, pip_running
 
 GO, ALREADY, REFUSED = "go", "already", "refused"
 DONE, FAILED, RESTORED = "done", "failed", "restored"
@@ -81,6 +81,10 @@ def check(action: StackAction, run: Callable[..., Any], allow_system: bool = Fal
     if not state.get("venv") and not allow_system:
         return Check(REFUSED, f"{action.python} is a system Python ({state.get('prefix')}), not a virtual environment: "
                               "run with --yes to change it anyway", state)
+    busy = pip_running.pips_on(str(state.get("prefix") or ""))
+    if busy:
+        return Check(REFUSED, f"another pip is changing this environment (PID {busy[0][0]}: {busy[0][1]}): wait for it to "
+                              "finish, then run fix again; nothing was changed", state)
     return Check(GO, "", state)
 
 
@@ -96,8 +100,9 @@ def _sha256(path: str) -> str:
 class Stash:
     """Every file of one distribution kept aside (hard links, or copies), with its hash and mode."""
 
-    def __init__(self, location: str, files: Sequence[str], label: str = ""):
+    def __init__(self, location: str, files: Sequence[str], label: str = "", listing: Optional[Dict[str, Any]] = None):
         self.label = label  # "flash-attn-4 4.0.0b36": what a later `fix` names when it finds the stash left over
+        self.listing = listing  # {"roots", "before"}: an install's, so a later `fix` also removes what pip added
         try:  # beside site-packages, on its filesystem (hard links, and never importable)
             self.root = tempfile.mkdtemp(prefix=STASH_PREFIX, dir=os.path.dirname(location.rstrip(os.sep)) or location)
         except OSError:
@@ -114,7 +119,7 @@ class Stash:
                     shutil.copy2(path, kept)
                 self.entries.append({"path": path, "kept": kept, "sha256": _sha256(kept), "mode": os.stat(path).st_mode & 0o7777})
             with open(os.path.join(self.root, "manifest.json"), "w", encoding="utf-8") as handle:
-                json.dump({"label": label, "entries": self.entries}, handle)  # a later `fix` restores what a killed one kept
+                json.dump({"label": label, "entries": self.entries, "listing": listing}, handle)  # a later `fix` restores what a killed one kept
         except BaseException:
             shutil.rmtree(self.root, ignore_errors=True)
             raise
@@ -128,7 +133,10 @@ class Stash:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 if not (os.path.isfile(path) and _sha256(path) == entry["sha256"]):
                     temporary = path + ".gpudoctor-restore"
-                    shutil.copy2(entry["kept"], temporary)
+                    try:  # a link needs no free space: a restore after "No space left on device" still works
+                        os.link(entry["kept"], temporary)
+                    except OSError:
+                        shutil.copy2(entry["kept"], temporary)
                     os.chmod(temporary, entry["mode"])
                     os.replace(temporary, path)
                 if _sha256(path) != entry["sha256"]:
@@ -240,12 +248,43 @@ def _problem(action: StackAction, done: Any, run: Callable[..., Any], location: 
     return ""
 
 
+def listing(roots: Sequence[str]) -> Set[str]:
+    """Every file and link under these folders (what pip adds is what is not here)."""
+    seen: Set[str] = set()
+    for root in roots:
+        for folder, dirs, names in os.walk(root):
+            seen.update(os.path.join(folder, n) for n in names)
+            seen.update(os.path.join(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d)))
+    return seen
+
+
+def remove_added(roots: Sequence[str], before: Set[str]) -> List[str]:
+    """Remove what is under ``roots`` now and was not in ``before``; new empty folders too. The paths that stayed."""
+    stayed = []
+    for path in sorted(listing(roots) - before, reverse=True):
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            stayed.append(path)
+    for root in roots:
+        for folder, _, _ in os.walk(root, topdown=False):  # bottom-up: a folder is listed again once its own are gone
+            if folder != root and not _listdir(folder) and not any(p.startswith(folder + os.sep) for p in before):
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    pass
+    return stayed
+
+
 # --- a stash a killed `fix` left behind ----------------------------------------------------------
 @dataclass
 class Leftover:
     root: str
     label: str
     entries: List[Dict[str, Any]]
+    listing: Optional[Dict[str, Any]] = None
 
     def describe(self) -> str:
         return f"restore {self.label or 'a distribution'} ({len(self.entries)} files kept in {self.root} by an interrupted gpudoctor fix)"
@@ -254,7 +293,10 @@ class Leftover:
         stash = Stash.__new__(Stash)
         stash.root, stash.label, stash.entries = self.root, self.label, self.entries
         with _no_interrupts():
-            bad = stash.restore()
+            bad = []
+            if self.listing:  # an interrupted install: what pip added goes first, then the files come back
+                bad = remove_added([str(r) for r in self.listing.get("roots") or []], {str(p) for p in self.listing.get("before") or []})
+            bad = stash.restore() + bad
         if not bad:
             stash.drop()
         return bad
@@ -280,5 +322,7 @@ def leftovers(site_dirs: Sequence[str]) -> List[Leftover]:
             entries = data.get("entries") if isinstance(data, dict) else None
             if isinstance(entries, list) and all(isinstance(e, dict) and {"path", "kept", "sha256", "mode"} <= set(e)
                                                  and os.path.dirname(str(e["kept"])) == root for e in entries):
-                found.append(Leftover(root, str(data.get("label") or ""), entries))
+                listing = data.get("listing")
+                found.append(Leftover(root, str(data.get("label") or ""), entries,
+                                      listing if isinstance(listing, dict) and isinstance(listing.get("before"), list) else None))
     return found

@@ -8,6 +8,7 @@ import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor import reqfast
+from gpudoctor.actions import install
 from gpudoctor.knowledge.gpus import describe_archs, gpus_to_judge, kernel_support
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 from gpudoctor.snapshot import dist_key
@@ -66,6 +67,7 @@ def torch_without_cuda(snap):
             + (f"{index} ({where}); " if index else f"of your driver's CUDA ({where}: see nvidia-smi); ")
             + "the same command fixes GD510 when vLLM's torch pin is also unmet.",
             [torch_install_command(snap)],
+            actions=_one(torch_install_action(snap, "GD501", f"torch {version} is {kind}; {' '.join(pins)}: {whose}")),
         ),
     )
 
@@ -125,7 +127,31 @@ def torch_index_url(snap) -> str:
     return f"https://download.pytorch.org/whl/{tag or UNKNOWN_INDEX}"
 
 
+def _one(action: Optional[Any]) -> List[Any]:
+    return [action] if action is not None else []
+
+
+def torch_install_action(snap, rule_id: str, why: str) -> Optional[Any]:
+    """The reinstall of torch (and vLLM's torchvision/torchaudio pins) from PyTorch's index of the
+    CUDA tag read from the installed things, as a typed action; None with no tag (``cuXYZ``: a person
+    must choose it) or no known interpreter. Its command is ``torch_install_command``'s."""
+    pins, _ = torch_pins(snap)
+    tag, _ = torch_index(snap)
+    if not tag or "==" not in pins[0]:
+        return None
+    dists = snap.value("packages.dists")
+    # the distribution's own version (2.14.0), as pip and `fix`'s live check read it; torch.version is
+    # torch/version.py's text, which a PyPI build writes with its CUDA (2.14.0+cu130)
+    entry = dists.get("torch") if isinstance(dists, dict) else None
+    installed = (entry.get("version") if isinstance(entry, dict) else entry) or snap.value("torch.version")
+    return install(snap, "install", "torch", str(installed or ""), pins, rule_id, why,
+                   index_url=torch_index_url(snap), replace_index=True, flags=["--force-reinstall"], index_last=True)
+
+
 def torch_install_command(snap) -> str:
+    action = torch_install_action(snap, "", "")
+    if action is not None:
+        return str(action.command)  # what `gpudoctor fix` runs, word for word
     pins, _ = torch_pins(snap)
     tag, _ = torch_index(snap)
     command = (f"{_py(snap)} -m pip install --force-reinstall {' '.join(shlex.quote(p) for p in pins)} "

@@ -17,10 +17,13 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from gpudoctor.actions import install
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, rule
 from gpudoctor.snapshot import dist_key
 
-from .python_stack import BINARY_BOUND, TORCH_FAMILY, _pin, _py, torch_install_command, torch_is_cpu_only, unmet_requirements
+from .python_stack import BINARY_BOUND, TORCH_FAMILY, _pin, _py, torch_install_action, torch_install_command, torch_is_cpu_only, unmet_requirements
+
+ENGINES = ("vllm", "sglang")  # an engine's pins are the versions to have
 
 ROOTS = ("vllm", "sglang", "torch")  # the top of a stack, engines first: whose reinstall brings the rest
 NO_DEPS_AT = 3  # requirements never installed from which it is "installed without its requirements"
@@ -175,7 +178,26 @@ def _fix(snap, cause: Cause) -> Fix:
         summary = f"Install what {cause.root} {cause.version} requires (it was not installed from an index, so pip cannot reinstall it by name)"
     if commands and commands[0].startswith(py) and "--index-url" in commands[0]:
         summary += "; torch first, from the CUDA index of the torch it pins"
-    return Fix(summary + ".", commands)
+    return Fix(summary + ".", commands, actions=_cause_actions(snap, cause))
+
+
+def _cause_actions(snap, cause: Cause) -> List[Any]:
+    """The typed actions of ``_fix``'s commands, in its order (torch first); none for a source build,
+    whose requirements are named one by one for a person to check."""
+    acts: List[Any] = []
+    torch_wrong = [req for owner, req, _ in cause.wrong if dist_key(_name(req)) in TORCH_FAMILY]
+    if cause.root == "vllm" and (cause.torch_unmet or torch_wrong):
+        torch = torch_install_action(snap, "GD503", f"vllm {cause.version} pins its torch")
+        if torch is None:
+            return []  # the CUDA tag is the user's to choose: nothing after it may run first
+        acts.append(torch)
+    build = snap.value("vllm.build") if cause.root == "vllm" else None
+    origin = build.get("origin") if isinstance(build, dict) else "index"
+    if origin in (None, "index") and "+" not in cause.version:
+        root = install(snap, "install", cause.root, cause.version, [cause.root + "==" + cause.version], "GD503",
+                       f"pip never installed what {cause.root} {cause.version} requires; this keeps it and adds them")
+        acts += [root] if root else []
+    return acts
 
 
 @rule("GD503", "requirement-not-satisfied", severity=ERROR, area="vllm",
@@ -245,6 +267,12 @@ def requirement_not_satisfied(snap):
                 parts.append(f"{_pin(item['requirement'])}, {item['installed']} is installed")
         binary = any(BINARY_BOUND.match(item["name"]) for item in items)
         pins = " ".join(shlex.quote(_pin(item["requirement"])) for item in items)
+        # An engine's pins are what to have (torch aligned with SGLang's torch==X, a missing requirement at
+        # its pinned version): a typed action. Another package's pin (torchvision's torch==2.12.0) is not
+        # a reason to move torch: GD508 replaces that package with the build for the installed torch.
+        action = install(snap, "install", items[0]["name"], items[0]["installed"] or "", [_pin(i["requirement"]) for i in items],
+                         "GD503", f"{owner} {owner_version} requires " + " ".join(_pin(i["requirement"]) for i in items)) \
+            if dist_key(owner) in ENGINES else None
         fails.append(
             Fail(
                 f"{owner} {owner_version} requires " + "; ".join(parts),
@@ -252,9 +280,10 @@ def requirement_not_satisfied(snap):
                 + [(f"packages.dists.{item['name']}", item["installed"]) for item in items],
                 Fix(
                     f"Install what {owner} {owner_version} was built for (or reinstall {owner} so pip resolves both).",
-                    [f"{_py(snap)} -m pip install {pins}",
+                    [action.command if action else f"{_py(snap)} -m pip install {pins}",
                      f"{_py(snap)} -m pip install --force-reinstall {shlex.quote(owner + '==' + str(owner_version))}"
                      "  # instead: let pip pick matching versions"],
+                    actions=[action] if action else [],
                 ),
                 subject=owner,
                 severity=ERROR if binary else WARNING,

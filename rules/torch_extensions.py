@@ -7,6 +7,7 @@ import re
 import shlex
 from typing import Any, Dict, List, Optional
 
+from gpudoctor.actions import install
 from gpudoctor.knowledge.cxx_symbols import abi_hint, readable
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 from gpudoctor.snapshot import dist_key
@@ -149,12 +150,23 @@ def _fix(snap, dist: Optional[str], entry: Dict[str, Any], cuda_over_cpu: bool) 
                        [f"{pip} {shlex.quote('torch==' + pin)}"])
         cpu_note = (f" torch {torch} is a CPU build, over which no CUDA build of {dist} loads: on a GPU machine, install "
                     "torch's CUDA build first." if cuda_over_cpu else "")
+        # torch stays as it is (torch==INSTALLED): pip picks the release of dist whose torch pin it satisfies,
+        # from torch's own index for a +cpu/+cuXXX torch (a local version sorts above PyPI's build of it)
+        reqs = [dist + "!=" + version, "torch==" + public]
+        action = install(snap, "replace", dist, version, reqs, "GD508", f"{dist} {version} was built for torch {pin}, "
+                         f"the installed torch is {torch}", index_url=index or "")
         return Fix(f"Install the {dist} release built for torch {public} (pip picks the one whose torch pin it satisfies); "
                    f"{dist} {version} was built for torch {pin}.{cpu_note}",
-                   [f"{pip}{extra} {shlex.quote(dist + '!=' + version)} {shlex.quote('torch==' + public)}"])
+                   [action.command if action else f"{pip}{extra} {shlex.quote(reqs[0])} {shlex.quote(reqs[1])}"],
+                   actions=[action] if action else [])
     if cuda_over_cpu and index and pin:  # a release pinned to this torch: torch's index has its CPU build
+        req = dist + "==" + version.split("+")[0]
+        action = install(snap, "replace", dist, version, [req], "GD508", f"{dist} {version} is a CUDA build, the installed "
+                         f"torch {torch} is a CPU build: {index} has {dist}'s build for it", index_url=index,
+                         replace_index=True, flags=["--force-reinstall", "--no-deps"])
         return Fix(f"Install the {dist} build made for this CPU torch, from torch's own index ({index}).",
-                   [f"{pip} --force-reinstall --no-deps --index-url {index} {shlex.quote(dist + '==' + version.split('+')[0])}"])
+                   [action.command if action else f"{pip} --force-reinstall --no-deps --index-url {index} {shlex.quote(req)}"],
+                   actions=[action] if action else [])
     return Fix(f"Rebuild {dist} {version} from source against the installed torch {torch} (no prebuilt wheel of it is "
                "known to fit this torch; --no-build-isolation makes the build use the installed torch).",
                [f"{pip} --no-build-isolation --no-deps --force-reinstall --no-binary {shlex.quote(dist)} "

@@ -13,9 +13,10 @@ import os
 import shlex
 from typing import Any, Dict
 
+from gpudoctor.actions import install
 from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 
-from .python_stack import BINARY_BOUND, TORCH_FAMILY, _pin, torch_install_command, torch_is_cpu_only, unmet_requirements
+from .python_stack import BINARY_BOUND, TORCH_FAMILY, _pin, torch_install_action, torch_install_command, torch_is_cpu_only, unmet_requirements
 from .requirements import cause_of
 
 # Attention settings moved from environment variables to flags by PR #26315 ("Backwards
@@ -166,8 +167,14 @@ def vllm_pins_not_met(snap):
     torch_items = [i for i in items if i["name"] in TORCH_FAMILY]
     pins = " ".join(shlex.quote(_pin(i["requirement"])) for i in items if i["name"] not in TORCH_FAMILY)
     commands = [torch_install_command(snap)] if torch_items else []  # version and CUDA index as GD501's
+    acts = [a for a in [torch_install_action(snap, "GD510", f"vllm {version} pins " + " ".join(_pin(i["requirement"]) for i in torch_items))]
+            if a is not None and torch_items]
     if pins:
-        commands.append(f"{py} -m pip install {pins}")
+        others = [i for i in items if i["name"] not in TORCH_FAMILY]
+        action = install(snap, "install", others[0]["name"], others[0]["installed"] or "", [_pin(i["requirement"]) for i in others],
+                         "GD510", f"vllm {version} pins " + " ".join(_pin(i["requirement"]) for i in others))
+        commands.append(action.command if action else f"{py} -m pip install {pins}")
+        acts += [action] if action else []
     same_cause = ""
     if torch_items and torch_is_cpu_only(snap):
         same_cause = "; the same reinstall fixes GD501 (this torch is CPU-only): one cause, one command"
@@ -186,7 +193,7 @@ def vllm_pins_not_met(snap):
         + same_cause,
         [("packages.stack.vllm.requires", [i["requirement"] for i in items])] + [(f"packages.dists.{i['name']}", i["installed"]) for i in items]
         + (["vllm.import_check"] if failed else []) + (["vllm.build"] if info else []),
-        Fix("Install exactly what this vLLM pins (or reinstall/rebuild vLLM to match the torch you keep).", commands),
+        Fix("Install exactly what this vLLM pins (or reinstall/rebuild vLLM to match the torch you keep).", commands, actions=acts),
         subject="vllm",
     )
 

@@ -90,6 +90,8 @@ def run(args, io: IO) -> int:
             if isinstance(item.action, StackAction):
                 say(f"     why: {item.action.why}")
                 say(f"     command: {item.action.command}")
+                if item.action.kind != "uninstall":
+                    say(f"     index: {item.action.index_note}")
             if not seen.go:
                 say(f"     {'skip' if seen.status == actions.ALREADY else 'will not'}: {seen.reason}")
         doable = [item.action for item, seen in zip(todo, verdicts) if seen.go]
@@ -164,7 +166,7 @@ def _verdict(machine, action, allow_system: bool = False):
     if isinstance(action, StackAction):
         from gpudoctor import runner, stack_fix
 
-        seen = stack_fix.check(action, runner.run, allow_system=allow_system)
+        seen = _stack_module(action).check(action, runner.run, allow_system=allow_system)
         return actions.Verdict({stack_fix.GO: "go", stack_fix.ALREADY: actions.ALREADY}.get(seen.status, actions.REFUSED), seen.reason)
     return actions.Verdict(actions.REFUSED, f"unknown action type {type(action).__name__}")
 
@@ -173,14 +175,23 @@ def _apply_stack(action, allow_system: bool, say) -> bool:
     """Check again, then change the environment (stash, pip, verify, restore on failure); True on trouble."""
     from gpudoctor import runner, stack_fix
 
-    seen = stack_fix.check(action, runner.run, allow_system=allow_system)
+    module = _stack_module(action)
+    seen = module.check(action, runner.run, allow_system=allow_system)
     if not seen.go:
         say(f"  {'skip' if seen.status == stack_fix.ALREADY else 'refused'}: {action.describe()}: {seen.reason}")
         return seen.status != stack_fix.ALREADY
-    result = stack_fix.apply(action, seen.state or {}, runner.run, say=lambda text: say(f"     {text}"))
-    mark = {stack_fix.DONE: "done", stack_fix.RESTORED: "FAILED, restored", stack_fix.FAILED: "FAILED"}[result.status]
+    result = module.apply(action, seen.state or {}, runner.run, say=lambda text: say(f"     {text}"))
+    mark = {stack_fix.DONE: "done", stack_fix.RESTORED: "FAILED, restored", stack_fix.FAILED: "FAILED",
+            stack_fix.REFUSED: "refused"}[result.status]
     say(f"  {mark}: {action.describe()}: {result.detail}")
     return result.status != stack_fix.DONE
+
+
+def _stack_module(action):
+    """stack_fix carries out an uninstall; stack_install a replace or install (resolve first, then pip)."""
+    from gpudoctor import stack_fix, stack_install
+
+    return stack_fix if action.kind == "uninstall" else stack_install
 
 
 def _leftovers(snapshot):

@@ -44,5 +44,13 @@ def test_torch_commands_name_the_installed_torchs_cuda_not_a_guess(tmp_path):
         assert commands and all("/whl/cu130" in c for c in commands), commands
         assert any("torch==2.14.0 torchvision==0.29.0 torchaudio==2.11.0 --index-url https://download.pytorch.org/whl/cu130" in c
                    for c in commands), commands
+        # `fix` plans that very command as a typed action (one source), PyTorch's index replacing the environment's
+        plan = subprocess.run([sys.executable, "-m", "gpudoctor", "fix", "--python", str(broken / "bin" / "python"), "--gpu", "A100",
+                               "--select", "GD510", "--format", "json", "--timeout", "120"], capture_output=True, text=True, timeout=300, env=env)
+        [torch] = [item for item in json.loads(plan.stdout)["plan"] if item["dist"] == "torch"]
+        assert torch["command"] in gd510["fix"]["commands"] and torch["kind"] == "install", torch
+        assert torch["requirements"] == ["torch==2.14.0", "torchvision==0.29.0", "torchaudio==2.11.0"]
+        assert "https://download.pytorch.org/whl/cu130 instead of the environment's index" in torch["index"]
+        assert torch["verdict"] == "refused" and "has no pip" in torch["reason"]  # the closure has no pip: fix says so, changes nothing
     finally:
         shutil.rmtree(broken, ignore_errors=True)
