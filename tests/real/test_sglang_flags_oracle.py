@@ -22,18 +22,16 @@ parser refuses 43 and gpudoctor blocks the same 43, 0 false blocks. Computing th
 on a 2-core box (the venv 69 s, two imports of sglang.srt.server_args 22 s); a warm run reads them.
 """
 
-import hashlib
 import inspect
 import json
-import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import oracle_cache  # noqa: E402
 import realenv  # noqa: E402
 
 from gpudoctor.probes.launch import sglang_args  # noqa: E402
@@ -45,7 +43,6 @@ VERSION = "0.5.23"
 # oracles here: their server_args imports torchvision.io at import time, and no CPU torchvision for CPU torch
 # 2.13 is on the indexes these machines reach (PyPI's is CUDA-built: "operator torchvision::nms does not exist").
 RELEASES = ("0.5.23",)
-CPU_TORCH = "2.13.0"
 
 ORACLE = r'''
 import argparse, json, sys
@@ -74,32 +71,14 @@ print(json.dumps(out))
 '''
 
 
-def run_oracle(python, commands):
-    done = subprocess.run([str(python), "-c", ORACLE, json.dumps(commands)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def oracle_answers(version=VERSION):
     """SGLang's own parser on the commands built from its flags: {flags, switches, commands, verdicts}, computed
-    once per release and oracle in a venv of SGLang's closure less the GPU stack, with CPU torch
-    (realenv.parser_venv), which is discarded after."""
-    digest = hashlib.sha256((ORACLE + inspect.getsource(commands_from)).encode()).hexdigest()[:12]
-    cache = realenv.CACHE / "oracle" / f"sglang-{version}-{digest}.json"
-    if cache.exists():
-        return json.loads(cache.read_text())
-    python = realenv.parser_venv(version, engine="sglang", torch=CPU_TORCH)
-    try:
-        first = run_oracle(python, [])
+    once per release and oracle (tests/real/oracle_cache.py)."""
+    def compute(python):
+        first = oracle_cache.run(python, ORACLE, json.dumps([]))
         commands = commands_from(sorted(first["flags"]), set(first["switches"]))
-        answers = dict(first, commands=commands, verdicts=run_oracle(python, commands)["verdicts"])
-    finally:
-        realenv.discard(python)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_suffix(f".{os.getpid()}.part")
-    partial.write_text(json.dumps(answers))
-    partial.replace(cache)
-    return answers
+        return dict(first, commands=commands, verdicts=oracle_cache.run(python, ORACLE, json.dumps(commands))["verdicts"])
+    return oracle_cache.answers("sglang", version, ORACLE + inspect.getsource(commands_from), compute)
 
 
 def commands_from(flags, switches, seed=25):

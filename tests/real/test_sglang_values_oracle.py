@@ -10,15 +10,13 @@ what the parser refuses blocked. The answers are computed once per release and o
 the test cache; the venv is discarded.
 """
 
-import hashlib
-import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import oracle_cache  # noqa: E402
 import realenv  # noqa: E402
 
 from gpudoctor.probes.launch import sglang_args, sglang_values  # noqa: E402
@@ -30,7 +28,6 @@ VERSION = "0.5.23"
 # oracles here: their server_args imports torchvision.io at import time, and no CPU torchvision for CPU torch
 # 2.13 is on the indexes these machines reach (PyPI's is CUDA-built: "operator torchvision::nms does not exist").
 RELEASES = ("0.5.23",)
-CPU_TORCH = "2.13.0"
 
 ORACLE = r'''
 import argparse, json
@@ -83,24 +80,7 @@ print(json.dumps({"commands": commands, "verdicts": verdicts}))
 
 
 def oracle_answers(version=VERSION):
-    digest = hashlib.sha256(ORACLE.encode()).hexdigest()[:12]
-    cache = realenv.CACHE / "oracle" / f"sglang-values-{version}-{digest}.json"
-    if cache.exists():
-        return json.loads(cache.read_text())
-    import subprocess
-
-    python = realenv.parser_venv(version, engine="sglang", torch=CPU_TORCH)
-    try:
-        done = subprocess.run([str(python), "-c", ORACLE], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        answers = json.loads(done.stdout.strip().splitlines()[-1])
-    finally:
-        realenv.discard(python)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_suffix(f".{os.getpid()}.part")
-    partial.write_text(json.dumps(answers))
-    partial.replace(cache)
-    return answers
+    return oracle_cache.answers("sglang-values", version, ORACLE, lambda python: oracle_cache.run(python, ORACLE))
 
 
 @pytest.mark.parametrize("version", RELEASES)
