@@ -138,7 +138,9 @@ PY
   log "ext $name over torch: $(tail -1 "$dir/load-ext-$name.json" | cut -c1-300)"
   gd check --python "$v/bin/python" --select GD508 --format json > "$dir/check-ext-$name.json" 2> "$dir/check-ext-$name.err"; log "check --python --select GD508 ($name): exit $?"
   gd check --python "$v/bin/python" --select GD508 --deep --timeout 60 --format json > "$dir/check-ext-$name-deep.json" 2>&1; log "... --deep: exit $?"
-  err=$("$v/bin/python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(next((v for k,v in d.items() if k!="torch" and v!="ok"), ""))' "$dir/load-ext-$name.json" 2>/dev/null)
+  # The loader's words a user sees first: the root cause (a CUDA runtime or a torch symbol), not a sibling
+  # library that failed only because of it ("libtorchaudio.so: cannot open …" when libcudart.so.12 is missing).
+  err=$("$v/bin/python" -c 'import json,sys; d=json.load(open(sys.argv[1])); errs=[v for k,v in d.items() if k!="torch" and v!="ok"]; root=[e for e in errs if "libcudart" in e or "undefined symbol" in e or "libc10" in e]; print((root or errs or [""])[0])' "$dir/load-ext-$name.json" 2>/dev/null)
   [ -n "$err" ] && { gd explain --python "$v/bin/python" "$err" > "$dir/explain-ext-$name.txt" 2>&1; log "explain ($name): exit $? $(grep -m1 -iE 'confirmed|not confirmed|could not' "$dir/explain-ext-$name.txt" | cut -c1-200)"; }
 done
 
