@@ -31,6 +31,7 @@ ray = pytest.importorskip("ray", reason="Ray is a test dependency: pip install -
 psutil = pytest.importorskip("psutil")
 
 from gpudoctor.cli import main  # noqa: E402
+from gpudoctor.render import fleet_json  # noqa: E402
 from helpers import private_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,18 +131,19 @@ def test_cluster_command_names_the_skewed_node(ray_cluster, tmp_path):
     assert sum(bool(n.get("head")) for n in doc["nodes"]) == 1
     odd = name_of(doc, ray_cluster["skewed"])
     others = sorted(n["name"] for n in doc["nodes"] if n["name"] != odd)
-    [skew] = [f for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD904"]
+    [skew] = [f for f in doc["across_nodes"]["findings"] if f["id"] == "GD904"]
     assert skew["subject"] == odd
     assert skew["message"] == f"{odd} differs from the rest of the cluster: NCCL_DEBUG INFO on {odd} (the other 2 nodes: (unset))"
     assert skew["fix"]["commands"][0] == f"unset NCCL_DEBUG  # on {odd}, before `ray start`"
     row = next(r for r in doc["matrix"]["rows"] if r["label"] == "NCCL_DEBUG")
-    assert row["differs"] and row["values"] == {name: ("INFO" if name == odd else "(unset)") for name in doc["matrix"]["columns"]}
+    shown = {node: group["value"] for group in row["groups"] for node in group["nodes"]}
+    assert row["differs"] and shown == {name: ("INFO" if name == odd else "(unset)") for name in doc["matrix"]["columns"]}
     # Every node was really probed there: its own facts, its own Ray node ID.
     for entry in doc["nodes"]:
-        facts = {k[len(f"node.{entry['name']}."):]: v for k, v in doc["snapshot"]["facts"].items() if k.startswith(f"node.{entry['name']}.")}
+        facts = fleet_json.node_facts(doc, entry["name"])
         assert facts["python.version"]["status"] == "ok" and facts["host.shm_total"]["status"] == "ok"
-        assert doc["snapshot"]["facts"]["cluster.nodes"]["value"][doc["nodes"].index(entry)]["meta"]["ray_node_id"] == entry["source"][9:]
-    assert all(f["node"] in (None, *others, odd) for f in doc["findings"])
+        assert doc["cluster_facts"]["cluster.nodes"]["value"][doc["nodes"].index(entry)]["meta"]["ray_node_id"] == entry["source"][9:]
+    assert all(set(group["nodes"]) <= {*others, odd} for group in doc["finding_groups"])
     assert saved.exists() and (saved.stat().st_mode & 0o777) == 0o600
 
     # The same cross-node rule fires on replayed files (the Slurm path): the saved cluster
@@ -159,9 +161,9 @@ def test_cluster_command_names_the_skewed_node(ray_cluster, tmp_path):
         argv += ["--snapshot", str(path)]
     code, out, err = gd(*argv)
     replayed = json.loads(out)
-    assert [f["subject"] for f in replayed["findings_by_node"]["across_nodes"] if f["id"] == "GD904"] == [odd]
-    ray_ids = sorted(f["id"] for f in doc["findings_by_node"]["across_nodes"])
-    assert sorted(f["id"] for f in replayed["findings_by_node"]["across_nodes"]) == ray_ids
+    assert [f["subject"] for f in replayed["across_nodes"]["findings"] if f["id"] == "GD904"] == [odd]
+    ray_ids = sorted(f["id"] for f in doc["across_nodes"]["findings"])
+    assert sorted(f["id"] for f in replayed["across_nodes"]["findings"]) == ray_ids
 
 
 def test_cluster_text_matrix_in_process(ray_cluster):
@@ -190,7 +192,7 @@ def test_nodes_that_do_not_answer_in_time_are_not_waited_for(ray_cluster):
     doc = json.loads(out)
     assert [n["status"] for n in doc["nodes"]] == ["timeout"] * 3, doc["nodes"]
     assert all(n["detail"].startswith("no answer within 0.01 s") for n in doc["nodes"])
-    late = [f for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD901"]
+    late = [f for f in doc["across_nodes"]["findings"] if f["id"] == "GD901"]
     assert len(late) == 3 and {f["severity"] for f in late} == {"warning"}
     assert code == 0  # a timeout is a warning: nothing blocking at --fail-on error
     assert elapsed < 15 and not ray.is_initialized()
@@ -211,14 +213,14 @@ def test_a_node_that_dies_is_reported_and_the_rest_still_comes_out(ray_cluster):
     assert dead["status"] == "unreachable", dead
     print(f"dead node reported as: {dead['detail']}")
     assert "TaskUnschedulableError" in dead["detail"] or "dead" in dead["detail"], dead
-    [gone] = [f for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD901"]
+    [gone] = [f for f in doc["across_nodes"]["findings"] if f["id"] == "GD901"]
     assert gone["subject"] == dead["name"] and gone["severity"] == "error"
     alive = [n for n in doc["nodes"] if n["name"] != dead["name"]]
     assert [n["status"] for n in alive] == ["ok", "ok", "ok"]
     for node in alive:
-        assert node["summary"]["pass"] > 0 and doc["findings_by_node"]["nodes"][node["name"]] is not None
+        assert node["summary"]["pass"] > 0 and node["findings"] is not None
     # The skew is still found among the nodes that answered.
     odd = name_of(doc, ray_cluster["skewed"])
-    assert [f["subject"] for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD904"] == [odd]
+    assert [f["subject"] for f in doc["across_nodes"]["findings"] if f["id"] == "GD904"] == [odd]
     assert elapsed < 20, "the dead node must not be waited on for the whole timeout"
 

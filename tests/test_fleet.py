@@ -11,6 +11,7 @@ import pytest
 
 from gpudoctor import cluster
 from gpudoctor.cli import main
+from gpudoctor.render import fleet_json
 from gpudoctor.snapshot import Snapshot
 from helpers import private_env
 
@@ -100,8 +101,9 @@ def test_a_fleet_json_keeps_secrets_masked(tmp_path):
     assert "abcdefghijklmnop" not in out and "s3cr3tvalue" not in out
     document = json.loads(out)
     assert [n["name"] for n in document["nodes"]] == [f"node{i:04d}" for i in range(40)]
-    masked = document["snapshot"]["facts"]["node.node0007.env"]["value"]
+    masked = fleet_json.node_facts(document, "node0007")["env"]["value"]
     assert masked["HF_TOKEN"] == "***" and masked["NCCL_DEBUG"] == "INFO --api-key ***"
+    assert dict(document["nodes"][7]["facts"])["env"] is not None  # its env differs from the others'
 
 
 def test_nodes_are_split_once_per_facts_dict():
