@@ -109,3 +109,18 @@ def test_a_cluster_report_in_json_is_schema_2(tmp_path):
     document = json.loads(out)
     assert document["schema_version"] == 2 and [n["name"] for n in document["nodes"]] == ["node0000", "node0001", "node0002"]
     assert fleet_json.node_facts(document, "node0001")["host.hostname"]["value"] == "node0001"
+
+
+def test_unmet_requirements_are_kept_per_facts_and_never_stale():
+    from gpudoctor_rules.python_stack import unmet_requirements
+
+    snap = Snapshot.load(str(RECORDED / "h200-full.json"))
+    first = unmet_requirements(snap)
+    again = unmet_requirements(Snapshot(dict(snap.facts), {}))  # another node holding the same fact objects
+    assert again == first and again is not first
+    dists = snap.facts["packages.dists"].value
+    torch = dists["torch"]
+    dists["torch"] = dict(torch, version="1.0.0")  # the same fact object changed in place: computed afresh
+    changed = unmet_requirements(snap)
+    assert changed != first and any(item["name"] == "torch" and item["installed"] == "1.0.0"
+                                    for items in changed.values() for item in items), changed
