@@ -213,12 +213,36 @@ def from_files(paths: Sequence[str], plan: Optional[Dict[str, int]] = None,
     use_hosts = all(preferred) and len(set(preferred)) == len(preferred)
     names = unique_names([p if use_hosts else f for p, f, _, _ in expanded])
     members = []
+    pool: Dict[str, List[Any]] = {}
     for name, (_, _, snap, entry) in zip(names, expanded):
         if snap is not None and transform is not None:
             transform(snap)
+        if snap is not None:
+            share_facts(snap, pool)
         members.append(Member(name, entry["status"], entry.get("detail", ""), snap if entry["status"] == NODE_OK else None,
                               entry.get("source", ""), entry.get("address", ""), bool(entry.get("head"))))
     return merge(members, "files", plan, {"cluster": {"source": "files", "files": list(paths)}})
+
+
+def share_facts(snapshot: Snapshot, pool: Dict[str, List[Any]], tries: int = 4) -> None:
+    """Replace each fact of ``snapshot`` equal to one an earlier node held at the same path by that
+    one, so a fleet holds identical facts once: 1,000 copies of a node cost about one node's memory,
+    and the JSON report (render/fleet_json.py) finds them shared by identity. Each fact is compared
+    with the last ``tries`` distinct facts seen at its path only, so a path that differs on every
+    node (a host name) costs a few comparisons a node, not one per earlier node. Facts are never
+    changed in place (rules are pure, ``--gpu`` replaces them), so sharing them is safe."""
+    facts = snapshot.facts
+    for path, fact in facts.items():
+        seen = pool.get(path)
+        if seen is None:
+            pool[path] = [fact]
+            continue
+        for known in reversed(seen[-tries:]):
+            if known == fact:
+                facts[path] = known
+                break
+        else:
+            seen.append(fact)
 
 
 def expand_paths(paths: Sequence[str]) -> List[str]:

@@ -297,6 +297,19 @@ class Redactor:
         """
         return redact_data(obj, self, strings)
 
+    def secret_path(self, path: str) -> bool:
+        """Whether a fact at ``path`` (``env.HF_TOKEN``) holds a secret by its name: its value is
+        masked wherever it is shown apart from the path (a fleet's table of distinct facts)."""
+        return self.secrets and is_secret_name(str(path).rsplit(".", 1)[-1])
+
+    def fact(self, data: Mapping[str, Any], secret: bool = False) -> Any:
+        """One fact's JSON (``{"value", "status", …}``) redacted: its value masked when ``secret``
+        (``secret_path``), every string in it scrubbed. A fleet's JSON calls it once per distinct
+        fact value (render/fleet_json.py keeps one copy of identical facts), not per node."""
+        if secret and data.get("value") not in (None, "", [], {}):
+            data = dict(data, value=MASK)
+        return redact_data(dict(data), self, strings=True)
+
     def json_text(self, text: str) -> str:
         """The same as ``self(text)`` on a document ``json.dumps`` wrote with ``indent``, by line,
         each distinct line scrubbed once (see ``redact_json_lines``)."""

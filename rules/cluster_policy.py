@@ -179,7 +179,10 @@ def _expand(watch: Watch, nodes: List[Tuple[str, Snapshot]]) -> List[Spread]:
         paths = [watch.what] if any(watch.what in s.facts for _, s in nodes) else []
         return [_fact_spread(watch, path, nodes) for path in paths]
     if watch.kind == "pattern":
-        paths = sorted({p for _, s in nodes for p in s.facts if matches(watch.what, p) and not ignored(p)})
+        # The nodes' paths are mostly the same ones: match each distinct path once (1,000 nodes
+        # matched 1.2 million paths, 1.2 s, for about a hundred distinct ones).
+        every = {p for _, s in nodes for p in s.facts}
+        paths = sorted(p for p in every if matches(watch.what, p) and not ignored(p))
         return [_fact_spread(watch, path, nodes) for path in paths]
     if watch.kind == "package":
         return [_package_spread(watch, nodes)]
@@ -195,8 +198,12 @@ def _expand(watch: Watch, nodes: List[Tuple[str, Snapshot]]) -> List[Spread]:
 
 def _fact_spread(watch: Watch, path: str, nodes: List[Tuple[str, Snapshot]]) -> Spread:
     spread = Spread(watch.label or path, path, watch)
+    # A fleet's nodes share identical facts (cluster.share_facts): each distinct one summarized once.
+    texts: Dict[int, Tuple[bool, str]] = {}
     for name, snap in nodes:
-        comparable, text = _fact_value(snap.facts.get(path))
+        fact = snap.facts.get(path)
+        known = texts.get(id(fact))
+        comparable, text = known if known is not None else texts.setdefault(id(fact), _fact_value(fact))
         (spread.values if comparable else spread.unknown)[name] = text
     return spread
 

@@ -262,8 +262,31 @@ def _satisfied(req, version: str) -> Optional[bool]:
         return None
 
 
+# A fleet's nodes hold identical package facts as one object (cluster.share_facts), and this was
+# 1.1 ms of the 1.7 ms a node's rules take (1,000 nodes: 1.1 s): the answer for the same facts is
+# kept. Found by the facts' identity, their values compared with a copy taken then (a fact changed
+# in place is not served a stale answer), the facts held so no id is reused; the answer handed out
+# is a copy (callers may edit it). A few entries: the nodes of a fleet have few distinct stacks.
+_UNMET_INPUTS = ("packages.stack", "packages.dists", "python.marker_env")
+_UNMET_KEPT: List[Tuple[tuple, Any, Dict[str, List[Dict[str, Any]]]]] = []
+
+
 def unmet_requirements(snap) -> Dict[str, List[Dict[str, Any]]]:
     """requiring dist -> [{requirement, name, installed}] for the stack's unmet Requires-Dist."""
+    import copy
+
+    facts = tuple(snap.facts.get(path) for path in _UNMET_INPUTS)
+    for held, values, answer in _UNMET_KEPT:
+        if all(a is b for a, b in zip(held, facts)) and values == [(f.status, f.value) if f is not None else None for f in facts]:
+            return copy.deepcopy(answer)
+    answer = _unmet_requirements(snap)
+    values = copy.deepcopy([(f.status, f.value) if f is not None else None for f in facts])
+    _UNMET_KEPT.insert(0, (facts, values, copy.deepcopy(answer)))
+    del _UNMET_KEPT[4:]
+    return answer
+
+
+def _unmet_requirements(snap) -> Dict[str, List[Dict[str, Any]]]:
     stack = snap.value("packages.stack") or {}
     dists = snap.value("packages.dists") or {}
     marker_env = snap.value("python.marker_env") or {}

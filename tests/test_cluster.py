@@ -18,7 +18,7 @@ from gpudoctor import cluster, registry
 from gpudoctor.cli import main
 from gpudoctor.commands.cluster import evaluate
 from gpudoctor.engine import run_rules
-from gpudoctor.render import matrix
+from gpudoctor.render import fleet_json, matrix
 from gpudoctor.rule import NOT_APPLICABLE
 from gpudoctor.snapshot import Snapshot, ok
 from helpers import private_env
@@ -66,7 +66,12 @@ def gd_json(*argv):
 
 
 def by_id(doc, rule_id):
-    return [f for f in doc["findings_by_node"]["across_nodes"] if f["id"] == rule_id]
+    return [f for f in doc["across_nodes"]["findings"] if f["id"] == rule_id]
+
+
+def values(row):
+    """A schema-2 matrix row's groups as {node: text}."""
+    return {node: group["value"] for group in row["groups"] for node in group["nodes"]}
 
 
 # --- the representation ---------------------------------------------------------------------
@@ -133,8 +138,8 @@ def test_gpu_target_applies_to_every_node_file(tmp_path):
     a, b = write(tmp_path, "a", load("h200.json")), write(tmp_path, "b", load("h200x2.json"))
     code, doc, _ = gd_json("check", "--snapshot", a, "--snapshot", b, "--gpu", "2xA100-80GB")
     row = next(r for r in doc["matrix"]["rows"] if r["label"] == "GPUs (visible)")
-    assert row["values"] == {"a": "2 × A100 (cc 8.0)", "b": "2 × A100 (cc 8.0)"} and not row["differs"]
-    assert doc["snapshot"]["facts"]["node.a.gpu.1.memory_total"]["value"] == 80 << 30
+    assert values(row) == {"a": "2 × A100 (cc 8.0)", "b": "2 × A100 (cc 8.0)"} and not row["differs"]
+    assert fleet_json.node_facts(doc, "a")["gpu.1.memory_total"]["value"] == 80 << 30
     assert not by_id(doc, "GD905") and not by_id(doc, "GD906")
 
 def test_cluster_rules_are_not_applicable_on_one_node():
@@ -165,9 +170,9 @@ def test_slurm_path_real_snapshots_name_the_odd_node(tmp_path):
     assert len(skew) == 1 and skew[0]["subject"] == "node-c", skew
     assert "NCCL_SOCKET_IFNAME eth9 on node-c" in skew[0]["message"]
     row = next(r for r in doc["matrix"]["rows"] if r["label"] == "NCCL_SOCKET_IFNAME")
-    assert row["differs"] and row["values"] == {"node-a": "(unset)", "node-b": "(unset)", "node-c": "eth9"}
+    assert row["differs"] and values(row) == {"node-a": "(unset)", "node-b": "(unset)", "node-c": "eth9"}
     # Same Python on the three: the stack rule compared and passed.
-    stack = next(o for o in doc["outcomes"]["across_nodes"] if o["id"] == "GD903")
+    stack = next(o for o in doc["across_nodes"]["outcomes"] if o["id"] == "GD903")
     assert stack["status"] == "pass", stack
     assert code in (0, 1)  # this machine has no GPU driver: a single-node error (GD101) may block
 
@@ -208,7 +213,7 @@ def test_stack_skew_names_the_odd_node_and_pins_the_majority(tmp_path):
     assert commands[1] == "pip uninstall -y flash-attn-4  # on gpu3"
     assert code == 1  # an error-severity skew blocks
     rows = {r["label"]: r for r in doc["matrix"]["rows"]}
-    assert rows["vLLM"]["differs"] and rows["vLLM"]["values"]["gpu3"] == "0.10.2"
+    assert rows["vLLM"]["differs"] and values(rows["vLLM"])["gpu3"] == "0.10.2"
     assert rows["torch"]["differs"] and not rows["Python"]["differs"]
 
 
@@ -226,11 +231,11 @@ def test_a_fact_a_node_could_not_collect_is_not_a_difference(tmp_path):
     b = put(load("h200.json"), "driver.version", None, "timeout", "nvml did not answer")
     code, doc, _ = gd_json("check", "--snapshot", write(tmp_path, "a", a), "--snapshot", write(tmp_path, "b", b),
                            "--select", "GD902")
-    outcome = next(o for o in doc["outcomes"]["across_nodes"] if o["id"] == "GD902")
+    outcome = next(o for o in doc["across_nodes"]["outcomes"] if o["id"] == "GD902")
     assert outcome["status"] == "pass", outcome
     # The matrix agrees with the rule: the row shows the timeout but is not marked as differing.
     row = next(r for r in doc["matrix"]["rows"] if r["label"] == "driver")
-    assert row["values"]["b"] == "(timeout)" and not row["differs"], row
+    assert values(row)["b"] == "(timeout)" and not row["differs"], row
     # …but an absent torch on one node is one.
     c = put(load("h200.json"), "torch.version", None, "absent", "no torch/version.py")
     code, doc, _ = gd_json("check", "--snapshot", write(tmp_path, "a", a), "--snapshot", write(tmp_path, "c", c),
@@ -252,11 +257,11 @@ def test_gpu_models_and_counts_and_the_parallel_plan(tmp_path):
     [counts] = by_id(doc, "GD906")
     assert counts["subject"] == "one" and "visible GPUs per node differ: 2 on two-a, two-b; 1 on one" in counts["message"]
     assert not by_id(doc, "GD905")  # all H200
-    plan = next(o for o in doc["outcomes"]["across_nodes"] if o["id"] == "GD907")
+    plan = next(o for o in doc["across_nodes"]["outcomes"] if o["id"] == "GD907")
     assert plan["status"] == "not_applicable"
 
     code, doc, _ = gd_json("cluster", "--snapshot", two, "--snapshot", three, "-tp", "2", "-pp", "2")
-    assert next(o for o in doc["outcomes"]["across_nodes"] if o["id"] == "GD907")["status"] == "pass"
+    assert next(o for o in doc["across_nodes"]["outcomes"] if o["id"] == "GD907")["status"] == "pass"
     code, doc, _ = gd_json("cluster", "--snapshot", two, "--snapshot", three, "--tensor-parallel-size", "4")
     [spans] = by_id(doc, "GD907")
     assert spans["severity"] == "warning" and "tensor-parallel group of 4 GPUs" in spans["message"]
@@ -295,7 +300,7 @@ def test_unreadable_file_is_a_node_in_error_and_the_rest_still_comes_out(tmp_pat
     assert {f["subject"] for f in unreachable} == {"broken", "missing"}
     assert all(f["severity"] == "warning" for f in unreachable)
     assert "is not valid JSON" in next(n["detail"] for n in doc["nodes"] if n["name"] == "broken")
-    assert doc["findings_by_node"]["nodes"]["good"] is not None
+    assert next(n for n in doc["nodes"] if n["name"] == "good")["findings"] is not None
     code, out, err = gd("check", "--snapshot", str(bad), "--snapshot", str(tmp_path / "missing.json"))
     assert code == 2 and "no snapshot file could be read" in err and out == ""
 

@@ -6,6 +6,13 @@ each, every process bound to 127.0.0.1. One node is started with a different env
 there, and the cross-node rule must name that node. The last test adds a node and kills its
 raylet: that node is reported unreachable and the others' results still come out.
 
+The eight-node test adds five light nodes (one CPU, the smallest object store Ray allows) to
+make eight alive: one whose Ray workers sleep at start-up past the per-node deadline and one
+killed while the command waits on it; both come out as nodes that did not answer, with why, and
+the six others are judged.
+
+The module's tests run in one xdist worker (one cluster, not one per worker).
+
 Hang guard: the cluster fixture arms faulthandler to abort the run if the module passes LIMIT_S
 (a hang, not a speed budget: speed is measured in benchmarks/, never asserted by a test); its
 own wall time is printed (-s).
@@ -27,10 +34,12 @@ import pytest
 # (ray_constants.ENABLE_RAY_CLUSTER, read once when Ray is imported): set it before the import.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
+pytestmark = pytest.mark.xdist_group("ray")
 ray = pytest.importorskip("ray", reason="Ray is a test dependency: pip install -e '.[test]'")
 psutil = pytest.importorskip("psutil")
 
 from gpudoctor.cli import main  # noqa: E402
+from gpudoctor.render import fleet_json  # noqa: E402
 from helpers import private_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,18 +139,19 @@ def test_cluster_command_names_the_skewed_node(ray_cluster, tmp_path):
     assert sum(bool(n.get("head")) for n in doc["nodes"]) == 1
     odd = name_of(doc, ray_cluster["skewed"])
     others = sorted(n["name"] for n in doc["nodes"] if n["name"] != odd)
-    [skew] = [f for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD904"]
+    [skew] = [f for f in doc["across_nodes"]["findings"] if f["id"] == "GD904"]
     assert skew["subject"] == odd
     assert skew["message"] == f"{odd} differs from the rest of the cluster: NCCL_DEBUG INFO on {odd} (the other 2 nodes: (unset))"
     assert skew["fix"]["commands"][0] == f"unset NCCL_DEBUG  # on {odd}, before `ray start`"
     row = next(r for r in doc["matrix"]["rows"] if r["label"] == "NCCL_DEBUG")
-    assert row["differs"] and row["values"] == {name: ("INFO" if name == odd else "(unset)") for name in doc["matrix"]["columns"]}
+    shown = {node: group["value"] for group in row["groups"] for node in group["nodes"]}
+    assert row["differs"] and shown == {name: ("INFO" if name == odd else "(unset)") for name in doc["matrix"]["columns"]}
     # Every node was really probed there: its own facts, its own Ray node ID.
     for entry in doc["nodes"]:
-        facts = {k[len(f"node.{entry['name']}."):]: v for k, v in doc["snapshot"]["facts"].items() if k.startswith(f"node.{entry['name']}.")}
+        facts = fleet_json.node_facts(doc, entry["name"])
         assert facts["python.version"]["status"] == "ok" and facts["host.shm_total"]["status"] == "ok"
-        assert doc["snapshot"]["facts"]["cluster.nodes"]["value"][doc["nodes"].index(entry)]["meta"]["ray_node_id"] == entry["source"][9:]
-    assert all(f["node"] in (None, *others, odd) for f in doc["findings"])
+        assert doc["cluster_facts"]["cluster.nodes"]["value"][doc["nodes"].index(entry)]["meta"]["ray_node_id"] == entry["source"][9:]
+    assert all(set(group["nodes"]) <= {*others, odd} for group in doc["finding_groups"])
     assert saved.exists() and (saved.stat().st_mode & 0o777) == 0o600
 
     # The same cross-node rule fires on replayed files (the Slurm path): the saved cluster
@@ -159,9 +169,9 @@ def test_cluster_command_names_the_skewed_node(ray_cluster, tmp_path):
         argv += ["--snapshot", str(path)]
     code, out, err = gd(*argv)
     replayed = json.loads(out)
-    assert [f["subject"] for f in replayed["findings_by_node"]["across_nodes"] if f["id"] == "GD904"] == [odd]
-    ray_ids = sorted(f["id"] for f in doc["findings_by_node"]["across_nodes"])
-    assert sorted(f["id"] for f in replayed["findings_by_node"]["across_nodes"]) == ray_ids
+    assert [f["subject"] for f in replayed["across_nodes"]["findings"] if f["id"] == "GD904"] == [odd]
+    ray_ids = sorted(f["id"] for f in doc["across_nodes"]["findings"])
+    assert sorted(f["id"] for f in replayed["across_nodes"]["findings"]) == ray_ids
 
 
 def test_cluster_text_matrix_in_process(ray_cluster):
@@ -190,7 +200,7 @@ def test_nodes_that_do_not_answer_in_time_are_not_waited_for(ray_cluster):
     doc = json.loads(out)
     assert [n["status"] for n in doc["nodes"]] == ["timeout"] * 3, doc["nodes"]
     assert all(n["detail"].startswith("no answer within 0.01 s") for n in doc["nodes"])
-    late = [f for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD901"]
+    late = [f for f in doc["across_nodes"]["findings"] if f["id"] == "GD901"]
     assert len(late) == 3 and {f["severity"] for f in late} == {"warning"}
     assert code == 0  # a timeout is a warning: nothing blocking at --fail-on error
     assert elapsed < 15 and not ray.is_initialized()
@@ -211,14 +221,102 @@ def test_a_node_that_dies_is_reported_and_the_rest_still_comes_out(ray_cluster):
     assert dead["status"] == "unreachable", dead
     print(f"dead node reported as: {dead['detail']}")
     assert "TaskUnschedulableError" in dead["detail"] or "dead" in dead["detail"], dead
-    [gone] = [f for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD901"]
+    [gone] = [f for f in doc["across_nodes"]["findings"] if f["id"] == "GD901"]
     assert gone["subject"] == dead["name"] and gone["severity"] == "error"
     alive = [n for n in doc["nodes"] if n["name"] != dead["name"]]
     assert [n["status"] for n in alive] == ["ok", "ok", "ok"]
     for node in alive:
-        assert node["summary"]["pass"] > 0 and doc["findings_by_node"]["nodes"][node["name"]] is not None
+        assert node["summary"]["pass"] > 0 and node["findings"] is not None
     # The skew is still found among the nodes that answered.
     odd = name_of(doc, ray_cluster["skewed"])
-    assert [f["subject"] for f in doc["findings_by_node"]["across_nodes"] if f["id"] == "GD904"] == [odd]
+    assert [f["subject"] for f in doc["across_nodes"]["findings"] if f["id"] == "GD904"] == [odd]
     assert elapsed < 20, "the dead node must not be waited on for the whole timeout"
 
+
+
+# A Ray node's workers start Python with the node's environment: this sitecustomize, first on that
+# node's PYTHONPATH, makes each worker of it say it started (a file named with its pid) and then
+# sleep, so the node's probe task cannot answer. It sleeps only in Ray workers (not the node's
+# agents), and gives up when its raylet dies (it is re-parented) or after GD_SLOW_S seconds.
+SLOW_WORKER = """
+import os, sys, time
+if any(arg.endswith("default_worker.py") for arg in sys.argv):
+    open(os.path.join(os.environ["GD_SLOW_MARKS"], "%s-%d" % (os.environ["GD_SLOW_NAME"], os.getpid())), "w").close()
+    parent, end = os.getppid(), time.monotonic() + float(os.environ["GD_SLOW_S"])
+    while time.monotonic() < end and os.getppid() == parent:
+        time.sleep(0.2)
+    if os.getppid() != parent:
+        os._exit(0)
+"""
+LIGHT = {"num_cpus": 1, "object_store_memory": 80 << 20}  # Ray's floor is 75 MiB
+DEADLINE_S = 45  # per node: six nodes starting workers at once on a loaded 2-core box need ~15 s
+
+
+def _slow_env(folder: Path, marks: Path, name: str):
+    (folder / "sitecustomize.py").write_text(SLOW_WORKER, encoding="utf-8")
+    return {"PYTHONPATH": str(folder), "GD_SLOW_MARKS": str(marks), "GD_SLOW_NAME": name, "GD_SLOW_S": str(DEADLINE_S * 3)}
+
+
+def test_eight_nodes_one_too_slow_and_one_killed_mid_run(ray_cluster, tmp_path):
+    cluster = ray_cluster["cluster"]
+    (tmp_path / "site").mkdir()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    added, proc = [], None
+    try:
+        added += [cluster.add_node(**LIGHT) for _ in range(3)]
+        slow = cluster.add_node(env_vars=_slow_env(tmp_path / "site", marks, "slow"), **LIGHT)
+        doomed = cluster.add_node(env_vars=_slow_env(tmp_path / "site", marks, "doomed"), **LIGHT)
+        added += [slow, doomed]
+        cluster.wait_for_nodes()
+        alive = [n for n in ray.nodes() if n["Alive"]] if ray.is_initialized() else None
+        assert alive is None  # the test process is no Ray driver: the command is the only one
+        env = dict(os.environ, NO_COLOR="1")
+        env.pop("RAY_ADDRESS", None)
+        started_before = {m.name for m in marks.iterdir()}  # none: Ray starts a node's workers on demand
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpudoctor", "cluster", "--address", ray_cluster["address"], "--timeout", str(DEADLINE_S),
+             "--format", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path),
+        )
+        # Mid-run: once a worker of the doomed node has started for the command's job, kill that node.
+        while not any(m.name.startswith("doomed-") and m.name not in started_before for m in marks.iterdir()):
+            assert proc.poll() is None and time.monotonic() - t0 < DEADLINE_S, "the doomed node never started a worker"
+            time.sleep(0.2)
+        killed_after = time.monotonic() - t0
+        cluster.remove_node(doomed, allow_graceful=False)
+        out, err = proc.communicate(timeout=DEADLINE_S + 60)
+        elapsed = time.monotonic() - t0
+        print(f"\n8 alive nodes: doomed node killed {killed_after:.1f} s in, gpudoctor cluster took {elapsed:.1f} s")
+        assert proc.returncode == 1, err  # a node that died is a blocking finding
+        assert "Traceback" not in err
+        doc = json.loads(out)
+        ours = {n["source"][len("ray node "):]: n for n in doc["nodes"]}
+        current = [n for n in [cluster.head_node, *cluster.worker_nodes, doomed] if n.node_id in ours]
+        assert len(current) == 8, sorted(ours)  # 8 alive when the command started (an earlier test's dead node aside)
+        by_id = {n.node_id: ours[n.node_id] for n in current}
+        late, dead = by_id[slow.node_id], by_id[doomed.node_id]
+        assert late["status"] == "timeout" and late["detail"].startswith(f"no answer within {DEADLINE_S:g} s"), late
+        assert dead["status"] == "unreachable", dead
+        print(f"slow node: {late['detail']}\nkilled node: {dead['detail']}")
+        gone = {f["subject"]: f for f in doc["across_nodes"]["findings"] if f["id"] == "GD901"}
+        assert late["name"] in gone and dead["name"] in gone, sorted(gone)
+        assert gone[dead["name"]]["severity"] == "error" and gone[late["name"]]["severity"] == "warning"
+        judged = [by_id[n.node_id] for n in current if n not in (slow, doomed)]
+        assert len(judged) == 6 and all(n["status"] == "ok" and n["summary"]["pass"] > 0 for n in judged), judged
+        for node in judged:
+            assert fleet_json.node_facts(doc, node["name"])["python.version"]["status"] == "ok"
+        assert elapsed < DEADLINE_S + 30, "the slow node must not be waited on past its deadline"
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for node in added:
+            if node in cluster.worker_nodes:
+                cluster.remove_node(node, allow_graceful=False)
+        for mark in marks.iterdir():  # a sleeping worker whose raylet is gone exits by itself; make sure
+            try:
+                os.kill(int(mark.name.rsplit("-", 1)[1]), 9)
+            except (OSError, ValueError):
+                pass

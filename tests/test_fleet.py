@@ -11,6 +11,7 @@ import pytest
 
 from gpudoctor import cluster
 from gpudoctor.cli import main
+from gpudoctor.render import fleet_json
 from gpudoctor.snapshot import Snapshot
 from helpers import private_env
 
@@ -70,6 +71,15 @@ def test_256_nodes_three_planted_differences_are_named_in_the_first_screen(tmp_p
     assert "1 node: driver 570.86.15, 2 findings  node0017" in out
     assert "GD601 stale-serving-process" in out and out.count("GD601 stale-serving-process") == 1
     assert len(out.splitlines()) < 120  # not one block per node
+    # The JSON report names the same three nodes: the matrix rows' values with their nodes, the
+    # stale engine's finding with its node.
+    _, out, _ = gd("check", *_args(paths), "--format", "json")
+    document = json.loads(out)
+    rows = {row["label"]: row["groups"] for row in document["matrix"]["rows"]}
+    assert {"value": "570.86.15", "nodes": ["node0017"]} in rows["driver"] and len(rows["driver"][0]["nodes"]) == 255
+    assert ["node0044"] in [group["nodes"] for group in rows["torch"]]
+    stale = [g["nodes"] for g in document["finding_groups"] if document["shared"]["findings"][g["finding"]]["id"] == "GD601"]
+    assert stale == [["node0101"]]
 
 
 def test_identical_nodes_form_one_group(tmp_path):
@@ -100,8 +110,9 @@ def test_a_fleet_json_keeps_secrets_masked(tmp_path):
     assert "abcdefghijklmnop" not in out and "s3cr3tvalue" not in out
     document = json.loads(out)
     assert [n["name"] for n in document["nodes"]] == [f"node{i:04d}" for i in range(40)]
-    masked = document["snapshot"]["facts"]["node.node0007.env"]["value"]
+    masked = fleet_json.node_facts(document, "node0007")["env"]["value"]
     assert masked["HF_TOKEN"] == "***" and masked["NCCL_DEBUG"] == "INFO --api-key ***"
+    assert dict(document["nodes"][7]["facts"])["env"] is not None  # its env differs from the others'
 
 
 def test_nodes_are_split_once_per_facts_dict():

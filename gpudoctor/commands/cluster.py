@@ -149,9 +149,9 @@ def report(snapshot, rules, request, io: IO) -> int:
         io.stderr.write(f"gpudoctor: cluster snapshot written to {save} ({len(result.entries)} nodes)\n")
     fmt, fail_on = request.format, request.fail_on
     if fmt == "json":
-        from gpudoctor.render import json_out
+        from gpudoctor.render import fleet_json, json_out
 
-        io.stdout.write(json_out.dumps(matrix.document(result, fail_on), redactor))
+        io.stdout.write(json_out.dumps(fleet_json.document(result, fail_on, redactor), redactor))
     elif fmt == "markdown":
         io.stdout.write(matrix.markdown(result, fail_on, redactor))
     elif fmt == "junit":

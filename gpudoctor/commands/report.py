@@ -159,14 +159,14 @@ def _cluster_report(snapshot, args, output, io: IO) -> int:
     """One report covering every node: the matrix, the findings by node, the merged snapshot."""
     from gpudoctor import redact, registry
     from gpudoctor.commands.cluster import evaluate
-    from gpudoctor.render import matrix
+    from gpudoctor.render import fleet_json, matrix
 
     if args.url or args.log or args.bundle:
         raise UsageError("--url, --log and --bundle describe one machine; run `gpudoctor report` on that node")
     result = evaluate(snapshot, registry.load_rules())
     redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, secrets=not args.no_redact, environ=io.environ)
     if args.format == "json":
-        text = redactor.json_text(json.dumps(redactor.data(matrix.document(result, args.fail_on), strings=False), indent=1,
+        text = redactor.json_text(json.dumps(redactor.data(fleet_json.document(result, args.fail_on, redactor), strings=False), indent=1,
                                              sort_keys=True, default=str, ensure_ascii=False)) + "\n"
     else:
         text = redactor(matrix.markdown(result, args.fail_on, redactor)

@@ -13,9 +13,11 @@ The nodes' snapshots become one cluster snapshot (gpudoctor/cluster.py, the mult
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -183,25 +185,29 @@ def gather_ray(address: str = "auto", timeout: float = 60.0, port: int = 8000, p
     ray = import_ray()
     connected_here = not ray.is_initialized()
     target = address
-    if connected_here:
-        target, where = _bootstrap(address, environ if environ is not None else os.environ)
-        _reachable(target, where, min(5.0, timeout))
-        _connect(ray, address if address not in ("", "auto") else "auto", max(10.0, timeout))
-    try:
-        listing = ray.nodes()
-        members, refs = _submit(ray, listing, timeout, port, python)
-        _collect(ray, members, refs, timeout)
-    except ClusterError:
-        raise
-    except Exception as exc:  # Ray itself failing mid-way: one line, not a traceback
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise ClusterError(f"Ray failed while checking the cluster: {type(exc).__name__}: {first[:300]}") from None
-    finally:
+    # Ray's driver prints the cluster's error messages ("(raylet) Raylet is terminated …" when a
+    # node dies mid-run) to sys.stdout from a thread of its own: on stdout they would break the
+    # JSON (or JUnit) report written there, so while Ray is connected they go to stderr.
+    with contextlib.redirect_stdout(sys.stderr):
         if connected_here:
-            try:
-                ray.shutdown()
-            except Exception:
-                pass
+            target, where = _bootstrap(address, environ if environ is not None else os.environ)
+            _reachable(target, where, min(5.0, timeout))
+            _connect(ray, address if address not in ("", "auto") else "auto", max(10.0, timeout))
+        try:
+            listing = ray.nodes()
+            members, refs = _submit(ray, listing, timeout, port, python)
+            _collect(ray, members, refs, timeout)
+        except ClusterError:
+            raise
+        except Exception as exc:  # Ray itself failing mid-way: one line, not a traceback
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise ClusterError(f"Ray failed while checking the cluster: {type(exc).__name__}: {first[:300]}") from None
+        finally:
+            if connected_here:
+                try:
+                    ray.shutdown()
+                except Exception:
+                    pass
     source = f"ray {address if address not in ('', 'auto') else target}"
     meta = {"gpudoctor": __version__, "cluster": {"source": "ray", "address": source[4:],
                                                    "elapsed_s": round(time.monotonic() - started, 3)}}

@@ -23,7 +23,6 @@ from gpudoctor.rule import AREA_TITLES, NOT_APPLICABLE, UNKNOWN
 from gpudoctor.snapshot import Snapshot, dist_key, gib
 from gpudoctor.visible import gpu_kinds
 
-SCHEMA_VERSION = 1
 CELL_WIDTH = 26
 LABEL_WIDTH = 26
 TABLE_WIDTH = 140
@@ -302,44 +301,6 @@ def _summary(result: ClusterResult, fail_on: str) -> Line:
     return [("Summary: ", "bold"), (", ".join(parts), ""), (f" — {verdict.sentence}", "bold red" if verdict.gated else "bold green")]
 
 
-# --- JSON ---------------------------------------------------------------------------------------
-def document(result: ClusterResult, fail_on: str) -> Dict[str, Any]:
-    by_node: Dict[str, List[Dict[str, Any]]] = {}
-    flat = [dict(f.to_json(), node=None) for f in result.cluster_findings]
-    nodes = []
-    for name in result.names:
-        entry = {k: v for k, v in result.entry(name).items() if k != "meta"}
-        node_result = result.per_node.get(name)
-        entry["gpudoctor"] = (result.entry(name).get("meta") or {}).get("gpudoctor")
-        entry["summary"] = node_result.counts() if node_result else None
-        nodes.append(entry)
-        by_node[name] = [f.to_json() for f in (node_result.findings if node_result else [])]
-        flat.extend(dict(f.to_json(), node=name) for f in result.node_findings(name))
-    from gpudoctor import verdict as judged
-
-    verdict = judged.of(result, fail_on)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "gpudoctor.cluster",
-        "tool": {"name": "gpudoctor", "version": __version__},
-        "source": _source(result),
-        "fail_on": fail_on,
-        "blocking": verdict.gated,
-        "summary": verdict.counts,
-        "not_checked": [gap.to_json() for gap in verdict.gaps],
-        "notes": list(result.notes),
-        "nodes": nodes,
-        "matrix": {"columns": result.names, "rows": [row.to_json() for row in rows(result)]},
-        "findings_by_node": {"across_nodes": [f.to_json() for f in result.cluster_findings], "nodes": by_node},
-        "findings": flat,
-        "outcomes": {
-            "across_nodes": [o.to_json() for o in result.cluster.outcomes],
-            "nodes": {name: [o.to_json() for o in r.outcomes] for name, r in result.per_node.items()},
-        },
-        "snapshot": result.snapshot.to_json(),
-    }
-
-
 # --- Markdown -----------------------------------------------------------------------------------
 def _md(text: Any) -> str:
     return str(text).replace("|", "/").replace("\n", " ")
@@ -415,4 +376,4 @@ def write_text(result: ClusterResult, fail_on: str, verbose: bool, unicode: bool
     write(build(result, fail_on, verbose, unicode), stream, color, redactor)
 
 
-__all__: Sequence[str] = ("Row", "rows", "build", "document", "markdown", "write_text")
+__all__: Sequence[str] = ("Row", "rows", "build", "markdown", "write_text")
