@@ -33,13 +33,11 @@ def _patch_collect(source: str) -> str:
     marks = [
         ('    try:\n        out: Dict[str, Any] = {"facts": collect_plain(', '"main"', "    "),
         ('    sys.stdout.write(json.dumps(out, default=str))', '"collected"', "    "),
-        ('    scan = _KernelScan(paths, first, editable, scanner, environ,', '"dists-done"', "    "),
+        ('    scan = _KernelScan(paths, first, editable, scanner, environ)', '"dists-done"', "    "),
         ('    facts["packages.stack"] = fact(stack', '"records-checked"', "    "),
         ('                facts.update(extra(ctx))', '"extra-start-" + getattr(extra, "__module__", "?")', "                "),
         ('    facts.update(scan.result())', '"main-thread-done"', "    "),
         ('    binaries = facts["kernels.binaries"].get("value") or []', '"scan-joined"', "    "),
-        ('        links = scan.links_result()', '"links-asked"', "        "),
-        ('    saved = cache.save()', '"links-done"', "    "),
     ]
     for anchor, what, indent in marks:
         assert anchor in source, anchor
