@@ -478,13 +478,11 @@ def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache, 
 
 def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[str, str],
             scanner: Optional[Callable[[str], Any]], environ: Optional[Dict[str, str]] = None,
-            save: bool = True, shared_objects: Optional[List[Dict[str, Any]]] = None,
-            on_items: Optional[Callable[[List[Dict[str, Any]]], None]] = None) -> Dict[str, Dict[str, Any]]:
+            save: bool = True, shared_objects: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Dict[str, Any]]:
     """``kernels.binaries`` and ``kernels.scan`` for this path. ``save=False``: the caller saves
     the scan cache once, with what else it adds (pyenv_collect.collect_plain), and sets ``cache_save``.
     ``shared_objects``: filled with every shared object found (path, dist, package), CUDA or not,
-    for the torch link check (probes/torch_links.py). ``on_items``: called with the same list as soon as
-    the shared objects are found, before their scan (the link check then reads them meanwhile)."""
+    for the torch link check (probes/torch_links.py)."""
     started = time.perf_counter()
     fact = _pyenv.fact
     fatbin = sys.modules.get("gpudoctor_fatbin")
@@ -497,11 +495,6 @@ def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[s
     try:
         items, notes = candidates(paths, dists, editable, cache, inner, early)
         found = time.perf_counter()
-        if on_items is not None:
-            try:
-                on_items([dict(item, key=early.keys.get(item["path"])) for item in items])
-            except Exception:  # the caller's hook must not cost the scan; it reads the list after the scan instead
-                pass
         binaries, stats = scan_all(items, scanner or fatbin.scan, cache, _coldstart, early)
         if shared_objects is not None:  # with the file key each was looked up by: one stat per file, not two
             shared_objects.extend(dict(item, key=early.keys.get(item["path"])) for item in items)

@@ -90,10 +90,7 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     # The kernel scan waits on the disk when cold (probes/coldstart.py): it runs in a thread
     # while the RECORD checks and the extras below use the CPU, and is joined before
     # torch.arch_list, the one fact that needs what it found.
-    env = dict(os.environ) if environ is None else environ
-    scan = _KernelScan(paths, first, editable, scanner, environ,
-                       lambda items: sibling("gpudoctor_torch_links", "torch_links.py").collect(
-                           items, _torch_dir(paths), first, sibling("gpudoctor_scancache", "scancache.py").shared(environ), env))
+    scan = _KernelScan(paths, first, editable, scanner, environ)
     facts.update(_pyenv.python_facts(paths))
     facts.update(_pyenv.torch_facts(paths))  # torch's version.py and libc10's symbols: read while the scan waits
     stack: Dict[str, Dict[str, Any]] = {}
@@ -140,9 +137,8 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     torch_dir = facts.get("torch.path", {}).get("value")
     facts["torch.arch_list"] = torch_arch_list(torch_dir, binaries)
     try:
-        links = scan.links_result()  # read while the kernel scan's forks read the fatbins (cold: 0.3 s earlier)
-        facts.update(links if links is not None else sibling("gpudoctor_torch_links", "torch_links.py").collect(
-            scan.shared_objects, torch_dir, first, cache, env))
+        facts.update(sibling("gpudoctor_torch_links", "torch_links.py").collect(
+            scan.shared_objects, torch_dir, first, cache, dict(os.environ) if environ is None else environ))
     except Exception as exc:  # the link check's bug must not cost the other facts
         facts["torch.extensions"] = fact(None, "error", "torch_links", f"{type(exc).__name__}: {exc}")
     saved = cache.save()  # once: the kernel scan's entries, the RECORD checks' and the extras'
@@ -152,56 +148,26 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     return facts
 
 
-def _torch_dir(paths: List[str]) -> Optional[str]:
-    path = _pyenv.find_package_file("torch", "version.py", paths)
-    return os.path.dirname(path) if path else None
-
-
 class _KernelScan:
-    """kernel_scan.collect in a thread; ``result()`` joins it (its facts, or error facts). ``links``: the torch
-    link check, started in a thread of its own as soon as the scan has found the shared objects, so that
-    its reads (the dynamic sections of ~800 files on an H200 host) wait for the disk while the scan's
-    forks read the fatbins, not after them; ``links_result()`` joins it (None: it did not run)."""
+    """kernel_scan.collect in a thread; ``result()`` joins it (its facts, or error facts)."""
 
     def __init__(self, paths: List[str], first: Dict[str, Any], editable: Dict[str, str],
-                 scanner: Optional[Callable[[str], Any]], environ: Optional[Dict[str, str]],
-                 links: Optional[Callable[[List[Dict[str, Any]]], Dict[str, Any]]] = None) -> None:
+                 scanner: Optional[Callable[[str], Any]], environ: Optional[Dict[str, str]]) -> None:
         import threading
 
         self.facts: Optional[Dict[str, Any]] = None
         self.error: Optional[BaseException] = None
         self.shared_objects: List[Dict[str, Any]] = []  # every shared object found, for the torch link check
-        self.links, self.links_thread, self.links_facts = links, None, None  # type: ignore[var-annotated]
         self.thread = threading.Thread(target=self._run, args=(paths, first, editable, scanner, environ),
                                        name="gpudoctor-kernel-scan", daemon=True)
         self.thread.start()
 
     def _run(self, paths, first, editable, scanner, environ) -> None:
         try:
-            self.facts = sibling("gpudoctor_kernel_scan", "kernel_scan.py").collect(
-                paths, first, editable, scanner, environ, save=False, shared_objects=self.shared_objects,
-                on_items=self._start_links if self.links is not None else None)
+            self.facts = sibling("gpudoctor_kernel_scan", "kernel_scan.py").collect(paths, first, editable, scanner, environ,
+                                                                                     save=False, shared_objects=self.shared_objects)
         except Exception as exc:  # the scan's bug must not cost the other facts
             self.error = exc
-
-    def _start_links(self, items: List[Dict[str, Any]]) -> None:
-        import threading
-
-        def run() -> None:
-            try:
-                self.links_facts = self.links(items)  # type: ignore[misc]
-            except Exception:  # links_result() then says it did not run: the caller checks after the scan
-                self.links_facts = None
-
-        self.links_thread = threading.Thread(target=run, name="gpudoctor-torch-links", daemon=True)
-        self.links_thread.start()
-
-    def links_result(self) -> Optional[Dict[str, Any]]:
-        self.thread.join()
-        if self.links_thread is None:
-            return None
-        self.links_thread.join()
-        return self.links_facts
 
     def result(self) -> Dict[str, Any]:
         self.thread.join()
