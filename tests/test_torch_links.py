@@ -261,3 +261,30 @@ def test_a_bundle_of_builds_per_torch_release_is_judged_by_the_one_for_this_torc
     (site.path / "dlpack_addon" / "libaddon_torch211-cpu.so").write_bytes(scratch.read_bytes())
     [finding] = findings(snapshot_of(site), "GD508")
     assert "libaddon_torch211-cpu.so needs 1 torch symbol" in finding.message
+
+
+def test_a_first_run_reads_ahead_in_threads_and_finds_the_same(built, tmp_path, monkeypatch):
+    """A first run (nothing cached) reads the dynamic sections in threads and asks for the symbol
+    tables early: the facts are the ones read one file after the other."""
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    site, lib = built
+    install(site, lib, "goodext", "1.0", [CXX11, CHECK])
+    install(site, lib, "badext", "0.3", [OLD_ABI, CHECK])
+    from gpudoctor.probes import coldstart
+    threaded, hinted = [], []
+    each, hint = coldstart.each_in_threads, torch_links._hint_symbol_tables
+    monkeypatch.setattr(coldstart, "each_in_threads", lambda work, paths, threads=8: threaded.extend(paths) or each(work, paths, 2))
+    monkeypatch.setattr(torch_links, "_hint_symbol_tables", lambda path: hinted.append(path) or hint(path))
+    monkeypatch.setattr(torch_links, "PARALLEL_FROM", 10 ** 9)
+    scancache.forget()
+    one_by_one = extensions_fact(site)
+    assert threaded == [] and hinted == []
+    monkeypatch.setattr(torch_links, "PARALLEL_FROM", 1)
+    scancache.forget()
+    shutil.rmtree(tmp_path / "cache")
+    ahead = extensions_fact(site)
+    assert sorted(str(p).rsplit("/", 1)[-1] for p in hinted) == sorted(e["path"].rsplit("/", 1)[-1] for e in one_by_one["extensions"])
+    assert any(p.endswith("libc10.so") for p in threaded)  # torch's own libraries too
+    assert ahead["extensions"] == one_by_one["extensions"] and ahead["torch_loads"] == one_by_one["torch_loads"]
+    assert ahead["stats"]["files_read"] == one_by_one["stats"]["files_read"]
+    scancache.forget()

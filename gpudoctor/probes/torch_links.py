@@ -43,6 +43,9 @@ if _pyenv is None:
 _scancache = sys.modules.get("gpudoctor_scancache")
 if _scancache is None:
     from gpudoctor.probes import scancache as _scancache
+_coldstart = sys.modules.get("gpudoctor_coldstart")
+if _coldstart is None:
+    from gpudoctor.probes import coldstart as _coldstart
 _versions = sys.modules.get("gpudoctor_dynamic_loader")
 if _versions is None:
     from gpudoctor.probes import dynamic_loader as _versions
@@ -51,7 +54,6 @@ Loader = _versions.Loader
 BUSIEST = ("libtorch_cpu.so", "libc10.so", "libtorch_python.so", "libtorch_cuda.so", "libc10_cuda.so")
 LINKS_KIND = "links-1"
 SYMBOLS_KIND = "torch-symbols-2"  # 2: with the symbol versions it needs
-MAX_DYNAMIC = 1 << 20
 MAX_DYNSTR = 64 << 20
 MAX_EXTENSIONS = 400  # torch-linked shared objects checked (a big image has ~60)
 MAX_SHOWN = 5  # missing symbols / libraries kept per extension
@@ -61,132 +63,13 @@ TORCH_PREFIXES = ("libc10", "libtorch", "libshm", "libcaffe2")  # torch/lib's ow
 # N (nested) and cv/ref qualifiers (Itanium C++ ABI, "Mangling").
 TORCH_SYMBOL = rb"^_Z(?:T[VIST]|Th|Tv)?N?[rVKRO]*(?:3c10|2at|5torch|6caffe2)[0-9_A-Za-z]"
 SYSTEM_DIRS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/local/lib/")
-DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 14, 15, 29
 STB_WEAK = 2
+# A first run reads this many files' dynamic sections or more: they are read in threads, whose
+# waits for the disk overlap (one after the other, an H200 host's ~860 files cost ~0.2 s after the scan).
+PARALLEL_FROM = 32
 
 
-def _cstr(table: bytes, offset: int) -> str:
-    end = table.find(b"\0", offset)
-    return table[offset:end if end >= 0 else None].decode("utf-8", "replace")
-
-
-def dynamic_info(path: str) -> Dict[str, Any]:
-    """needed, soname, rpath, runpath of one shared object (status "ok"), or its status and detail.
-
-    Read as the loader reads it: the ELF header and program headers (one read of the file's first
-    4 KiB), the PT_DYNAMIC segment, and the strings it names through DT_STRTAB — three reads, no
-    section table (0.33 ms a file with it; ~600 files of an SGLang install). A file without
-    program headers that say so is read through its sections instead."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        return {"status": _pyenv.os_error_status(exc), "detail": _pyenv.describe_os_error(exc)}
-    try:
-        found = _dynamic_by_segments(fd)
-    except (OSError, struct.error, ValueError):
-        found = None
-    finally:
-        os.close(fd)
-    return found if found is not None else _dynamic_by_sections(path)
-
-
-def _dynamic_by_segments(fd: int) -> Optional[Dict[str, Any]]:
-    head = os.pread(fd, 4096, 0)
-    if len(head) < 64 or head[:4] != b"\x7fELF":
-        return None  # not ELF, or short: the section reader says which, with its words
-    if head[4] != 2 or head[5] != 1:
-        return None  # 32-bit or big-endian: the section reader refuses it
-    (phoff,) = struct.unpack_from("<Q", head, 0x20)
-    phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
-    if phentsize < 56 or not 0 < phnum < 4096:
-        return None
-    table = head[phoff:phoff + phnum * phentsize] if phoff + phnum * phentsize <= len(head) else os.pread(fd, phnum * phentsize, phoff)
-    if len(table) < phnum * phentsize:
-        return None
-    loads: List[Tuple[int, int, int]] = []
-    dynamic: Optional[Tuple[int, int]] = None
-    for i in range(phnum):
-        p_type, _flags, offset, vaddr, _paddr, filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
-        if p_type == 1:  # PT_LOAD
-            loads.append((vaddr, offset, filesz))
-        elif p_type == 2:  # PT_DYNAMIC
-            dynamic = (offset, filesz)
-    if dynamic is None:
-        return {"status": "ok", "needed": [], "static": True}
-    data = os.pread(fd, min(dynamic[1], MAX_DYNAMIC), dynamic[0])
-    wanted: List[Tuple[int, int]] = []
-    strtab = strsz = None
-    for tag, value in struct.iter_unpack("<qQ", data[:len(data) // 16 * 16]):
-        if tag == 0:
-            break
-        if tag in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH):
-            wanted.append((tag, value))
-        elif tag == 5:  # DT_STRTAB: an address
-            strtab = value
-        elif tag == 10:  # DT_STRSZ
-            strsz = value
-    if strtab is None or strsz is None:
-        return None
-    base = next((off + (strtab - va) for va, off, size in loads if va <= strtab < va + size), None)
-    if base is None:
-        return None
-    strings: Dict[int, str] = {}
-    if wanted:
-        low = min(v for _, v in wanted)
-        high = max(v for _, v in wanted)
-        if high - low < (64 << 10):  # one read for all of them (they sit together at the table's start)
-            chunk = os.pread(fd, min(high - low + 4096, strsz - low), base + low)
-            strings = {v: _cstr(chunk, v - low) for _, v in wanted if v < strsz}
-        else:
-            strings = {v: _cstr(os.pread(fd, min(4096, strsz - v), base + v), 0) for _, v in wanted if v < strsz}
-    out: Dict[str, Any] = {"status": "ok", "needed": [strings.get(v, "") for t, v in wanted if t == DT_NEEDED]}
-    for tag, key in ((DT_SONAME, "soname"), (DT_RPATH, "rpath"), (DT_RUNPATH, "runpath")):
-        values = [strings.get(v, "") for t, v in wanted if t == tag]
-        if values:
-            out[key] = values[0] if tag == DT_SONAME else ":".join(values)
-    return out
-
-
-def _dynamic_by_sections(path: str) -> Dict[str, Any]:
-    """needed, soname, rpath, runpath of one shared object (status "ok"), or its status and detail."""
-    elf = _pyenv.elf_module()
-    try:
-        handle, reader = elf.open_elf(path)
-    except OSError as exc:
-        return {"status": _pyenv.os_error_status(exc), "detail": _pyenv.describe_os_error(exc)}
-    except elf.ElfError as exc:
-        return {"status": exc.status, "detail": str(exc)[:200]}
-    try:
-        if not reader.is64:
-            return {"status": "not_supported", "detail": "32-bit ELF"}
-        dynamic = reader.data(b".dynamic", MAX_DYNAMIC)
-        if not dynamic:
-            return {"status": "ok", "needed": [], "static": True}
-        dynstr = reader.find(b".dynstr")
-        if dynstr is None or dynstr.nobits:
-            return {"status": "error", "detail": "a .dynamic section but no .dynstr"}
-        entries = [(tag, value) for tag, value in struct.iter_unpack("<qQ", dynamic[:len(dynamic) // 16 * 16])]
-        wanted = [(tag, value) for tag, value in entries[:next((i for i, e in enumerate(entries) if e[0] == 0), len(entries))]
-                  if tag in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)]
-        # Most shared objects link no torch: only the strings the dynamic section names are read
-        # (a few hundred bytes), not the whole string table (libcublasLt's is megabytes).
-        strings: Dict[int, str] = {}
-        for _, value in wanted:
-            if value not in strings and value < dynstr.size:
-                chunk = reader.reader.read(dynstr.offset + value, min(4096, dynstr.size - value))
-                strings[value] = _cstr(chunk, 0)
-        out: Dict[str, Any] = {"status": "ok", "needed": [strings.get(v, "") for t, v in wanted if t == DT_NEEDED]}
-        for tag, key in ((DT_SONAME, "soname"), (DT_RPATH, "rpath"), (DT_RUNPATH, "runpath")):
-            values = [strings.get(v, "") for t, v in wanted if t == tag]
-            if values:
-                out[key] = values[0] if tag == DT_SONAME else ":".join(values)
-        return out
-    except elf.ElfError as exc:
-        return {"status": exc.status, "detail": str(exc)[:200]}
-    except (OSError, struct.error) as exc:
-        return {"status": "error", "detail": f"{type(exc).__name__}: {exc}"[:200]}
-    finally:
-        handle.close()
+dynamic_info = _versions.dynamic_info  # read here since torch_links was its first home (tests/realinstall.py uses it)
 
 
 def torch_library(name: str) -> bool:
@@ -261,6 +144,8 @@ class Exports:
             handle.close()
         if self.dynsym is None or self.dynstr is None or self.dynsym.nobits or self.dynstr.nobits:
             raise elf.ElfError("no dynamic symbol table")
+        for section in (self.gnu, self.sysv, self.dynsym, self.dynstr):
+            _will_need(self.map, section)
         self.names: Optional[Set[bytes]] = None
         if self.gnu is not None and not self.gnu.nobits:
             nbuckets, self.symoffset, bloom_size, _ = struct.unpack_from("<IIII", self.map, self.gnu.offset)
@@ -325,6 +210,41 @@ class Exports:
         return False
 
 
+def _will_need(mapped: "mmap.mmap", section: Any) -> None:
+    """Ask the kernel to read a section's pages now, without waiting for them: the lookups of a first
+    run then find them on their way instead of waiting for the disk at each page they touch
+    (madvise(2) MADV_WILLNEED)."""
+    advise = getattr(mapped, "madvise", None)  # Python 3.8+
+    if advise is None or section is None or section.nobits or not hasattr(mmap, "MADV_WILLNEED"):
+        return
+    start = section.offset - section.offset % mmap.PAGESIZE
+    try:
+        advise(mmap.MADV_WILLNEED, start, min(section.offset + section.size, len(mapped)) - start)
+    except (OSError, ValueError):
+        pass
+
+
+def _hint_symbol_tables(path: str) -> None:
+    """posix_fadvise(WILLNEED) on an extension's .dynsym, .dynstr and .gnu.version_r (its section
+    table is in memory after the kernel scan): check_symbols reads them soon, here read ahead."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    try:
+        handle, reader = _pyenv.elf_module().open_elf(path)
+    except (OSError, ValueError):
+        return
+    try:
+        for name in (b".dynsym", b".dynstr", b".gnu.version_r"):
+            section = reader.find(name)
+            if section is not None and not section.nobits:
+                advise(handle.fileno(), section.offset, min(section.size, MAX_DYNSTR), os.POSIX_FADV_WILLNEED)
+    except (OSError, ValueError, struct.error):
+        pass
+    finally:
+        handle.close()
+
+
 class _Files:
     """dynamic_info of files, through the scan cache."""
 
@@ -332,18 +252,32 @@ class _Files:
         self.cache = cache
         self.read = 0
         self.cached = 0
+        self.ready: Dict[str, Dict[str, Any]] = {}  # read ahead in threads (``prefetch``)
+
+    def _cached(self, path: str, key: Any, compact: bool) -> Optional[Dict[str, Any]]:
+        found = self.cache.get(LINKS_KIND, path, key)
+        if isinstance(found, dict) and isinstance(found.get("needed", []), list) and isinstance(found.get("status"), str) \
+                and (compact or "needed" in found or found.get("status") != "ok"):
+            return found
+        return None
+
+    def prefetch(self, wanted: List[Tuple[str, Any, bool]]) -> None:
+        """Read the dynamic sections of the files (path, key, compact) the cache does not have, in
+        threads, when there are PARALLEL_FROM of them or more (a first run)."""
+        todo = [path for path, key, compact in wanted if key is not None and self._cached(path, key, compact) is None]
+        if len(todo) >= PARALLEL_FROM:
+            self.ready = _coldstart.each_in_threads(_versions.dynamic_info_safe, todo)
 
     def info(self, path: str, key: Any = None, compact: bool = False) -> Dict[str, Any]:
         """``compact``: a file that links no torch is kept as {"status": "ok"} alone (most of them:
         the cache file stays small, and loading it is part of every warm check)."""
         if key is None:
             key = _scancache.file_key(path)
-        found = self.cache.get(LINKS_KIND, path, key)
-        if isinstance(found, dict) and isinstance(found.get("needed", []), list) and isinstance(found.get("status"), str) \
-                and (compact or "needed" in found or found.get("status") != "ok"):
+        found = self._cached(path, key, compact)
+        if found is not None:
             self.cached += 1
             return found
-        info = dynamic_info(path)
+        info = self.ready.pop(path, None) or dynamic_info(path)
         self.read += 1
         if info.get("status") != "no_permission":
             kept = {"status": "ok"} if compact and info.get("status") == "ok" and not links_torch(info) else info
@@ -442,6 +376,7 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
     torch_lib = os.path.join(torch_dir, "lib")
     files = _Files(cache)
     loader = Loader(dict(os.environ) if environ is None else environ)
+    _read_ahead(items, torch_dir, torch_lib, files, cache)
     loaded, own = torch_loaded(torch_lib, files, loader)
     if not own:
         return {"torch.extensions": _pyenv.fact(None, "error", torch_lib, "no shared objects in torch/lib")}
@@ -529,6 +464,25 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
     detail = f"{len(found)} torch-linked shared objects, {broken} with unresolved libraries, symbols or symbol versions"
     return {"torch.extensions": _pyenv.fact({"extensions": found, "stats": stats, "torch_loads": sorted(loaded)[:300]},
                                      source="ELF (.dynamic, .dynsym, .gnu.hash)", detail="; ".join([detail] + notes))}
+
+
+def _read_ahead(items: List[Dict[str, Any]], torch_dir: str, torch_lib: str, files: _Files, cache) -> None:
+    """A first run: what ``collect`` will read, read (or asked of the disk) ahead, so its reads wait
+    together instead of one after the other: the dynamic sections of torch's libraries and of every
+    other shared object but the versioned ones, in threads; then the symbol tables of the
+    extensions among them that link torch."""
+    wanted: List[Tuple[str, Any, bool]] = []
+    for item in items:
+        path = str(item.get("path"))
+        own = path.startswith(torch_lib + os.sep)
+        if versioned(path) or (path.startswith(torch_dir + os.sep) and not own):
+            continue
+        key = item.get("key") if isinstance(item.get("key"), list) else _scancache.file_key(path)
+        wanted.append((path, key, not own))
+    files.prefetch(wanted)
+    for path, info in list(files.ready.items()):
+        if not path.startswith(torch_dir + os.sep) and info.get("status") == "ok" and links_torch(info):
+            _hint_symbol_tables(path)
 
 
 def _open_exports(libraries: List[str]) -> Tuple[List[Exports], List[str]]:
