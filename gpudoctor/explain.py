@@ -392,8 +392,13 @@ def confirm(
     snapshot: Snapshot,
     catalogue: Optional[Sequence[RuleMeta]] = None,
     details: Optional[Dict[str, str]] = None,
+    line: str = "",
 ) -> Confirmation:
     """Run the rules ``signature`` names on ``snapshot`` and say what they show.
+
+    ``line``: the error's own line. When it names a compiled file (``…/sgl_kernel/common_ops.abi3.so:
+    undefined symbol …``) and a confirming finding is about that file or its package, the same
+    rule's findings about other files confirm another failure, not this one, and say so.
 
     Only the rules of ``confirm_rules`` can confirm: each checks this very cause. A failing rule
     of ``other_rules`` is a *different* cause that gives the same error text (no driver at all
@@ -411,9 +416,10 @@ def confirm(
     others, _ = resolve_confirm_rules(signature.other_rules, catalogue)  # an absent rival rule is no news
     others = [meta for meta in others if meta not in rules]
     filters = finding_filters(signature.confirm_rules)
+    named = files_named(line)
     ordered: List[Check] = []
     for outcome in run_rules(snapshot, rules).outcomes:
-        ordered.extend(_checks_of(outcome, filters.get(outcome.rule.id)))
+        ordered.extend(_checks_of(outcome, filters.get(outcome.rule.id), named))
     for outcome in run_rules(snapshot, others).outcomes:
         if outcome.status == FAIL:
             meta = outcome.rule
@@ -436,15 +442,41 @@ def confirm(
     return Confirmation(verdict, ordered, relevant_facts(signature, snapshot))
 
 
-def _checks_of(outcome: Any, wanted: Optional["re.Pattern[str]"]) -> List[Check]:
+_COMPILED_FILE = re.compile(r"([^\s:'\"()]+\.(?:so|pyd))(?![\w.])")
+
+
+def files_named(line: str) -> List[str]:
+    """The compiled files an error line names, each as its last two path parts, the way findings
+    show them (``…/sgl_kernel/common_ops.abi3.so`` -> sgl_kernel/common_ops.abi3.so; a bare name as is)."""
+    out: List[str] = []
+    for path in _COMPILED_FILE.findall(line or ""):
+        parts = [p for p in re.split(r"[\\/]", path) if p]
+        name = "/".join(parts[-2:])
+        if name and name not in out:
+            out.append(name)
+    return out
+
+
+def _about(finding: Any, names: List[str]) -> bool:
+    """Whether a finding is about one of the files an error names (its message or evidence shows it)."""
+    said = " ".join([finding.message, finding.subject] + [f"{e.path} {e.value}" for e in finding.evidence])
+    return any(re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", said) for name in names)
+
+
+def _checks_of(outcome: Any, wanted: Optional["re.Pattern[str]"], named: Sequence[str] = ()) -> List[Check]:
     meta = outcome.rule
     if outcome.status == FAIL:
         out, unrelated = [], 0
+        about = [f for f in outcome.findings if named and _about(f, list(named))
+                 and (wanted is None or wanted.search(f"{f.message} [{f.subject}]" if f.subject else f.message))]
         for finding in outcome.findings:
             subject = f" [{finding.subject}]" if finding.subject else ""
             text = f"{finding.message}{subject}"
             if wanted is not None and not wanted.search(text):
                 unrelated += 1  # this rule found something, but not this cause (GD503 about another package)
+                continue
+            if about and finding not in about:  # the error names another file: this one fails too, but is not it
+                out.append(Check(NOT_CONFIRMED, meta.id, meta.name, f"also failing, but not the file in this error: {text}"))
                 continue
             out.append(Check(CONFIRMED, meta.id, meta.name, text))
         if not out:

@@ -159,7 +159,7 @@ def read_log(
         shown = scrubbed if len(scrubbed) == len(shown) else [scrub(line) for line in shown]
     first = len(all_lines) - len(shown) + 1
     matches = explain.match_text(text.text)
-    confirmations = [explain.confirm(m.signature, snapshot, details=m.details) if confirm else None for m in matches]
+    confirmations = [explain.confirm(m.signature, snapshot, details=m.details, line=m.text) if confirm else None for m in matches]
     return LogExcerpt(path, text, shown, first, explain.scan_lines(shown), matches, confirmations)
 
 

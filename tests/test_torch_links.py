@@ -150,6 +150,27 @@ def test_explain_confirms_undefined_symbol_where_it_fails(built):
     assert (sig, verdict, by) == ("SIG-torch-extension-undefined-symbol", "confirmed", ["GD508"])
 
 
+def test_explain_names_the_extension_in_the_error_not_another_that_fails_too(built):
+    """Two extensions fail the same way; the error is the second one's: its finding confirms, the
+    other is listed as failing too, not as this error's cause (an H200 run confirmed sglang-kernel's
+    error with another package's GD508 finding first)."""
+    from gpudoctor import explain
+
+    site, lib = built
+    install(site, lib, "abiold", "0.1", [OLD_ABI])
+    path = install(site, lib, "kernelpkg", "0.4", [OLD_ABI])
+    text = f"ImportError: {path}: undefined symbol: {OLD_ABI}"
+    [match] = [m for m in explain.diagnose(text).matches if m.signature.role == "cause"]
+    result = explain.confirm(match.signature, snapshot_of(site), line=match.text)
+    confirmed = [c.text for c in result.checks if c.kind == explain.CONFIRMED]
+    assert result.verdict == "confirmed" and len(confirmed) == 1 and confirmed[0].startswith("kernelpkg 0.4 will not load")
+    [other] = [c.text for c in result.checks if c.kind != explain.CONFIRMED and c.rule == "GD508"]
+    assert other.startswith("also failing, but not the file in this error: abiold 0.1 will not load")
+    # without the error's line (a caller that has none), both confirm, as before
+    both = explain.confirm(match.signature, snapshot_of(site))
+    assert [c.text.split(" ")[0] for c in both.checks if c.kind == explain.CONFIRMED] == ["abiold", "kernelpkg"]
+
+
 def test_explain_torchvision_ops_confirmed_by_its_own_finding(built):
     site, lib = built
     install(site, lib, "torchvision", "0.27.0", [OLD_ABI], requires=["torch==2.12.0"])

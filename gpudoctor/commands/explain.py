@@ -82,7 +82,7 @@ def run(args, io: IO) -> int:
             _add_launch_facts(snapshot, command, request, io)
             where += " and the launch command"
     confirmations = [
-        explain.confirm(m.signature, snapshot, details=m.details) if snapshot is not None and m.signature.role == explain.CAUSE else None
+        explain.confirm(m.signature, snapshot, details=m.details, line=m.text) if snapshot is not None and m.signature.role == explain.CAUSE else None
         for m in matches
     ]
     redactor = redact.for_snapshot(snapshot, anonymize=args.anonymize, environ=io.environ)
