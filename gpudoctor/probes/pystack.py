@@ -21,8 +21,34 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from gpudoctor import bounded, runner
-from gpudoctor.probes import coldstart, dist_records, dynamic_loader, elf, fatbin, fatbin_result, flash_attn, forks, gitfiles, kernel_scan, pyenv, pyenv_collect, scancache, sglang_kernels, torch_links, vllm_build, vllm_kernels
+from gpudoctor.probes import coldstart, flash_attn, gitfiles, pyenv, scancache, sglang_kernels, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
+
+
+class _Unrun:
+    """A probe module that the child runs and this process does not: its source and compiled code
+    read through its loader, its code never executed here (importing the scan's modules only to
+    read their text cost the doctor ~20 ms of its start, before the child could be spawned).
+    The gated collectors above are imported: their gates are read from their attributes."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = f"gpudoctor.probes.{name}"
+
+    @property
+    def __loader__(self) -> Any:
+        import importlib.util
+
+        spec = importlib.util.find_spec(self.__name__)
+        return spec.loader if spec is not None else None
+
+    @property
+    def __file__(self) -> str:
+        return os.path.join(os.path.dirname(os.path.abspath(__file__)), self.__name__.rsplit(".", 1)[1] + ".py")
+
+
+elf, fatbin_result, fatbin, forks = _Unrun("elf"), _Unrun("fatbin_result"), _Unrun("fatbin"), _Unrun("forks")
+dist_records, kernel_scan, dynamic_loader = _Unrun("dist_records"), _Unrun("kernel_scan"), _Unrun("dynamic_loader")
+torch_links, pyenv_collect = _Unrun("torch_links"), _Unrun("pyenv_collect")
 
 # The child must answer within this share of the global deadline (the rest is for us).
 CHILD_SHARE = 0.8
@@ -228,7 +254,9 @@ def collect(ctx) -> Dict[str, Fact]:
                               own) if python else None
     if facts is not None:  # None: only a child standing for this process that could not answer
         return facts
-    plain = pyenv_collect.collect_plain(None, _record_mode(ctx), fatbin.scan,
+    from gpudoctor.probes import fatbin as fatbin_module, pyenv_collect as collect_module  # only here is the scan run in this process
+
+    plain = collect_module.collect_plain(None, _record_mode(ctx), fatbin_module.scan,
                                 [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain,
                                  sglang_kernels.collect_plain],
                                 probe_options, dict(ctx.environ))  # options: called only when vLLM is installed

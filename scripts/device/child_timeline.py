@@ -20,7 +20,7 @@ import time
 T0 = time.time()
 
 from gpudoctor import runner  # noqa: E402
-from gpudoctor.probes import pyenv_collect, pystack, scancache  # noqa: E402
+from gpudoctor.probes import pystack, scancache  # noqa: E402
 
 STAMP = 'sys.stderr.write("T %s %.6f\\n" % ({what}, __import__("time").time()))\n'
 
@@ -47,7 +47,7 @@ def _patch_collect(source: str) -> str:
 
 def main(argv):
     real_source = pystack._source
-    pystack._source = lambda module: _patch_collect(real_source(module)) if module is pyenv_collect else real_source(module)
+    pystack._source = lambda module: _patch_collect(real_source(module)) if module is pystack.pyenv_collect else real_source(module)
     pystack._BOOTSTRAP = pystack._BOOTSTRAP.replace(
         "_elf = _load(", 'sys.stderr.write("T child-up %.6f\\n" % __import__("time").time())\n_elf = _load(', 1).replace(
         "sys.exit(_collect.main(", 'sys.stderr.write("T modules-loaded %.6f\\n" % __import__("time").time())\nsys.exit(_collect.main(', 1)
@@ -56,7 +56,7 @@ def main(argv):
     def seed(environ):  # the patched pyenv_collect, compiled here under the key the child looks for
         real_seed(environ)
         where = scancache.cache_dir(environ)
-        source = pystack._source(pyenv_collect)
+        source = pystack._source(pystack.pyenv_collect)
         key = pystack.code_key("gpudoctor_pyenv_collect", source)
         from gpudoctor.probes import codecache
 
