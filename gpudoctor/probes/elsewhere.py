@@ -22,7 +22,7 @@ def collect(snapshot: Snapshot, environ: Mapping[str, str]) -> Optional[Fact]:
     installed = snapshot.get("engines.installed")
     if not installed.ok or installed.value:
         return None
-    from gpudoctor.probes.launch.probe import command_python
+    from gpudoctor.probes.launch.vllm_locate import command_python  # not launch.probe: check needs no parser
 
     env = dict(environ)
     found: List[Dict[str, Any]] = []

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gpudoctor.probes.launch import model as model_mod
 from gpudoctor.probes.launch import command_file, parser, vllm_source
+from gpudoctor.probes.launch.vllm_locate import command_python as command_python  # its home: light enough for check (probes.elsewhere)
 from gpudoctor.snapshot import ABSENT, ERROR, OK, Fact, missing, ok
 
 SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password")
@@ -461,39 +461,6 @@ def build_facts(location: "vllm_source.Location", environ: Dict[str, str], debug
         except Exception:
             continue
     return out
-
-
-def command_python(program_argv: Sequence[str], environ: Dict[str, str]) -> Optional[Tuple[str, str]]:
-    """(interpreter, how it was found) that the launch command runs under, when that is another
-    environment than gpudoctor's own: the shebang of its ``vllm`` script (``/opt/venv/bin/vllm``)
-    or its ``python`` (``/opt/venv/bin/python -m vllm.entrypoints…``). None: ours, or not found.
-
-    preflight inspects that interpreter for every rule, as ``--python`` would: the venv the
-    server will really run in is the one whose torch pins and kernels matter."""
-    import shutil
-
-    if not program_argv:
-        return None
-    program = program_argv[0]
-    base = os.path.basename(program)
-    path = environ.get("PATH", os.defpath)
-    resolved = program if os.sep in program else shutil.which(program, path=path)
-    if not resolved or not os.path.isfile(resolved):
-        return None
-    if base in ("vllm", "sglang"):
-        interp = vllm_source._shebang(resolved)
-        if interp and os.sep not in interp:
-            interp = shutil.which(interp, path=path)
-        how = f"the interpreter of {resolved}"
-    elif re.match(r"^python[0-9.]*$", base):
-        interp, how = resolved, f"the command's {program}"
-    else:
-        return None
-    if not interp or not os.path.isfile(interp) or not os.access(interp, os.X_OK):
-        return None
-    if vllm_source.same_environment(interp):
-        return None
-    return interp, how
 
 
 def exec_env(launch: "parser.Launch | Command", environ: Dict[str, str]) -> Dict[str, str]:

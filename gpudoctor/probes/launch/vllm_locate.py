@@ -182,3 +182,36 @@ def same_environment(interp: str) -> bool:
         return os.path.realpath(root) == os.path.realpath(sys.prefix)
     return os.path.realpath(interp) == os.path.realpath(sys.executable) and not os.path.isfile(
         os.path.join(sys.prefix, "pyvenv.cfg"))
+
+
+def command_python(program_argv: Sequence[str], environ: Dict[str, str]) -> Optional[Tuple[str, str]]:
+    """(interpreter, how it was found) that the launch command runs under, when that is another
+    environment than gpudoctor's own: the shebang of its ``vllm`` script (``/opt/venv/bin/vllm``)
+    or its ``python`` (``/opt/venv/bin/python -m vllm.entrypoints…``). None: ours, or not found.
+
+    preflight inspects that interpreter for every rule, as ``--python`` would: the venv the
+    server will really run in is the one whose torch pins and kernels matter."""
+    import shutil
+
+    if not program_argv:
+        return None
+    program = program_argv[0]
+    base = os.path.basename(program)
+    path = environ.get("PATH", os.defpath)
+    resolved = program if os.sep in program else shutil.which(program, path=path)
+    if not resolved or not os.path.isfile(resolved):
+        return None
+    if base in ("vllm", "sglang"):
+        interp = _shebang(resolved)
+        if interp and os.sep not in interp:
+            interp = shutil.which(interp, path=path)
+        how = f"the interpreter of {resolved}"
+    elif re.match(r"^python[0-9.]*$", base):
+        interp, how = resolved, f"the command's {program}"
+    else:
+        return None
+    if not interp or not os.path.isfile(interp) or not os.access(interp, os.X_OK):
+        return None
+    if same_environment(interp):
+        return None
+    return interp, how
