@@ -192,33 +192,39 @@ def from_files(paths: Sequence[str], plan: Optional[Dict[str, int]] = None,
     snapshot becomes a node in status ``error`` (the rest of the report still comes out);
     a file that is itself a cluster snapshot contributes its nodes.
     """
-    loaded: List[Tuple[str, Optional[Snapshot], str]] = []  # (path, snapshot, error)
-    for path in paths:
-        try:
-            loaded.append((path, Snapshot.load(path), ""))
-        except SnapshotError as exc:
-            loaded.append((path, None, str(exc)))
     expanded: List[Tuple[str, str, Optional[Snapshot], Dict[str, Any]]] = []  # (preferred, fallback, snap, entry)
-    for path, snap, error in loaded:
+    pool: Dict[str, List[Any]] = {}
+
+    def shared(node: Optional[Snapshot]) -> Optional[Snapshot]:
+        # Each node's facts are shared as soon as it is read, so a fleet of one stack never holds
+        # more than one copy of them plus the node being read (all of them read first, then
+        # shared: 1,000 H200 snapshots peaked at 221 MB, ~0.2 MB a node).
+        if node is not None:
+            if transform is not None:
+                transform(node)
+            share_facts(node, pool)
+        return node
+
+    for path in paths:
         stem = _stem(path)
+        try:
+            snap: Optional[Snapshot] = Snapshot.load(path)
+            error = ""
+        except SnapshotError as exc:
+            snap, error = None, str(exc)
         if snap is not None and is_cluster(snap):
             for entry in node_entries(snap):
-                node = node_snapshot(snap, entry["name"]) if entry["status"] == NODE_OK else None
+                node = shared(node_snapshot(snap, entry["name"])) if entry["status"] == NODE_OK else None
                 expanded.append((entry["name"], entry["name"], node, dict(entry, source=f"{path}: {entry.get('source') or entry['name']}")))
             continue
         host = snap.value("host.hostname") if snap is not None else None
         entry = {"status": NODE_OK if snap is not None else NODE_ERROR, "detail": error, "source": path}
-        expanded.append((safe_name(str(host).split(".")[0]) if isinstance(host, str) and host else "", stem, snap, entry))
+        expanded.append((safe_name(str(host).split(".")[0]) if isinstance(host, str) and host else "", stem, shared(snap), entry))
     preferred = [p for p, _, _, _ in expanded]
     use_hosts = all(preferred) and len(set(preferred)) == len(preferred)
     names = unique_names([p if use_hosts else f for p, f, _, _ in expanded])
     members = []
-    pool: Dict[str, List[Any]] = {}
     for name, (_, _, snap, entry) in zip(names, expanded):
-        if snap is not None and transform is not None:
-            transform(snap)
-        if snap is not None:
-            share_facts(snap, pool)
         members.append(Member(name, entry["status"], entry.get("detail", ""), snap if entry["status"] == NODE_OK else None,
                               entry.get("source", ""), entry.get("address", ""), bool(entry.get("head"))))
     return merge(members, "files", plan, {"cluster": {"source": "files", "files": list(paths)}})

@@ -364,6 +364,19 @@ def test_without_ray_installed_one_line_and_exit_2(monkeypatch):
     assert err == "gpudoctor: error: gpudoctor cluster needs Ray: pip install 'gpudoctor[ray]' (or use --snapshot FILE per node)\n"
 
 
+def test_max_concurrency_below_one_is_refused_before_ray_is_asked(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # refused before Ray would be imported
+    for bad in ("0", "-3"):
+        code, out, err = gd("cluster", "--address", "127.0.0.1:6379", "--max-concurrency", bad)
+        assert (code, out, err) == (2, "", "gpudoctor: error: --max-concurrency must be at least 1\n")
+    # The default is written in three places (--help stays light: it imports neither the probe nor the pipeline).
+    from gpudoctor.commands import cluster as command
+    from gpudoctor.commands.pipeline import Request
+    from gpudoctor.probes import ray as ray_probe
+
+    assert command.DEFAULT_CONCURRENCY == ray_probe.DEFAULT_CONCURRENCY == Request().max_concurrency == 32
+
+
 def test_importing_gpudoctor_does_not_import_ray():
     code = "import sys, gpudoctor.cli, gpudoctor.cluster, gpudoctor.commands.cluster, gpudoctor.render.matrix; print('ray' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

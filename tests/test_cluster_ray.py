@@ -9,7 +9,12 @@ raylet: that node is reported unreachable and the others' results still come out
 The eight-node test adds five light nodes (one CPU, the smallest object store Ray allows) to
 make eight alive: one whose Ray workers sleep at start-up past the per-node deadline and one
 killed while the command waits on it; both come out as nodes that did not answer, with why, and
-the six others are judged.
+the six others are judged. It runs with ``--max-concurrency 2``: three of the light nodes are
+healthy but slow to probe (their probes take STEADY_S), each node records when its probe ran
+(``meta.ray_task``), and no more than two of them ever overlap (unbounded, the three slow
+probes overlap: the check fails). ``test_probe_window_*`` drive the same scheduling code with
+a stand-in for Ray's four calls, where the timings are exact: the deadline of a node counts
+from its own start (a queued node is not timed out for waiting).
 
 The module's tests run in one xdist worker (one cluster, not one per worker).
 
@@ -238,9 +243,17 @@ def test_a_node_that_dies_is_reported_and_the_rest_still_comes_out(ray_cluster):
 # node's PYTHONPATH, makes each worker of it say it started (a file named with its pid) and then
 # sleep, so the node's probe task cannot answer. It sleeps only in Ray workers (not the node's
 # agents), and gives up when its raylet dies (it is re-parented) or after GD_SLOW_S seconds.
+# With GD_STEADY_S instead, the node is healthy but its probes take that long (the probe task
+# calls gpudoctor.probes.collect, wrapped here to sleep first).
 SLOW_WORKER = """
 import os, sys, time
-if any(arg.endswith("default_worker.py") for arg in sys.argv):
+if any(arg.endswith("default_worker.py") for arg in sys.argv) and os.environ.get("GD_STEADY_S"):
+    import gpudoctor.probes as probes
+    def steady(ctx, collect=probes.collect):
+        time.sleep(float(os.environ["GD_STEADY_S"]))
+        return collect(ctx)
+    probes.collect = steady
+elif any(arg.endswith("default_worker.py") for arg in sys.argv):
     open(os.path.join(os.environ["GD_SLOW_MARKS"], "%s-%d" % (os.environ["GD_SLOW_NAME"], os.getpid())), "w").close()
     parent, end = os.getppid(), time.monotonic() + float(os.environ["GD_SLOW_S"])
     while time.monotonic() < end and os.getppid() == parent:
@@ -249,12 +262,29 @@ if any(arg.endswith("default_worker.py") for arg in sys.argv):
         os._exit(0)
 """
 LIGHT = {"num_cpus": 1, "object_store_memory": 80 << 20}  # Ray's floor is 75 MiB
-DEADLINE_S = 45  # per node: six nodes starting workers at once on a loaded 2-core box need ~15 s
+DEADLINE_S = 30  # per node, from its own start: two at a time, a worker starts in ~2-5 s on a loaded 2-core box
+STEADY_S = 6  # how long the three healthy but slow nodes take to probe: unbounded, their probes overlap
+MAX_CONCURRENCY = 2
 
 
 def _slow_env(folder: Path, marks: Path, name: str):
     (folder / "sitecustomize.py").write_text(SLOW_WORKER, encoding="utf-8")
     return {"PYTHONPATH": str(folder), "GD_SLOW_MARKS": str(marks), "GD_SLOW_NAME": name, "GD_SLOW_S": str(DEADLINE_S * 3)}
+
+
+def _steady_env(folder: Path):
+    (folder / "sitecustomize.py").write_text(SLOW_WORKER, encoding="utf-8")
+    return {"PYTHONPATH": str(folder), "GD_STEADY_S": str(STEADY_S)}
+
+
+def most_at_once(spans):
+    """The most of these (start, end) spans that overlap at any instant."""
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])  # an end before a start at a tie
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
 
 
 def test_eight_nodes_one_too_slow_and_one_killed_mid_run(ray_cluster, tmp_path):
@@ -264,7 +294,7 @@ def test_eight_nodes_one_too_slow_and_one_killed_mid_run(ray_cluster, tmp_path):
     marks.mkdir()
     added, proc = [], None
     try:
-        added += [cluster.add_node(**LIGHT) for _ in range(3)]
+        added += [cluster.add_node(env_vars=_steady_env(tmp_path / "site"), **LIGHT) for _ in range(3)]
         slow = cluster.add_node(env_vars=_slow_env(tmp_path / "site", marks, "slow"), **LIGHT)
         doomed = cluster.add_node(env_vars=_slow_env(tmp_path / "site", marks, "doomed"), **LIGHT)
         added += [slow, doomed]
@@ -274,15 +304,15 @@ def test_eight_nodes_one_too_slow_and_one_killed_mid_run(ray_cluster, tmp_path):
         env = dict(os.environ, NO_COLOR="1")
         env.pop("RAY_ADDRESS", None)
         started_before = {m.name for m in marks.iterdir()}  # none: Ray starts a node's workers on demand
-        t0 = time.monotonic()
+        t0, t0_wall = time.monotonic(), time.time()
         proc = subprocess.Popen(
             [sys.executable, "-m", "gpudoctor", "cluster", "--address", ray_cluster["address"], "--timeout", str(DEADLINE_S),
-             "--format", "json"],
+             "--max-concurrency", str(MAX_CONCURRENCY), "--format", "json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path),
         )
         # Mid-run: once a worker of the doomed node has started for the command's job, kill that node.
         while not any(m.name.startswith("doomed-") and m.name not in started_before for m in marks.iterdir()):
-            assert proc.poll() is None and time.monotonic() - t0 < DEADLINE_S, "the doomed node never started a worker"
+            assert proc.poll() is None and time.monotonic() - t0 < DEADLINE_S * 3, "the doomed node never started a worker"
             time.sleep(0.2)
         killed_after = time.monotonic() - t0
         cluster.remove_node(doomed, allow_graceful=False)
@@ -307,7 +337,17 @@ def test_eight_nodes_one_too_slow_and_one_killed_mid_run(ray_cluster, tmp_path):
         assert len(judged) == 6 and all(n["status"] == "ok" and n["summary"]["pass"] > 0 for n in judged), judged
         for node in judged:
             assert fleet_json.node_facts(doc, node["name"])["python.version"]["status"] == "ok"
-        assert elapsed < DEADLINE_S + 30, "the slow node must not be waited on past its deadline"
+        # When each node's probe ran (its task's body, on its own clock: one machine here).
+        metas = {e["name"]: e.get("meta") or {} for e in doc["cluster_facts"]["cluster.nodes"]["value"]}
+        spans = [(metas[n["name"]]["ray_task"]["started"] - t0_wall, metas[n["name"]]["ray_task"]["ended"] - t0_wall) for n in judged]
+        print("probes ran (s after the command started): " + ", ".join(f"{a:.1f}-{b:.1f}" for a, b in sorted(spans)))
+        assert sum(b - a >= STEADY_S for a, b in spans) == 3, spans  # the three steady nodes did take their time
+        assert most_at_once(spans) <= MAX_CONCURRENCY, sorted(spans)
+        assert max(b for _, b in spans) < elapsed
+        # The slow node was sent at the latest when the last other slot came free (a judged node
+        # answered, or the killed node's task failed): from then, its deadline and no longer.
+        freed = max(max(b for _, b in spans), killed_after + 10)
+        assert elapsed < freed + DEADLINE_S + 15, "the slow node must not be waited on past its deadline"
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -320,3 +360,109 @@ def test_eight_nodes_one_too_slow_and_one_killed_mid_run(ray_cluster, tmp_path):
                 os.kill(int(mark.name.rsplit("-", 1)[1]), 9)
             except (OSError, ValueError):
                 pass
+
+
+class StandInRay:
+    """Ray's calls that gpudoctor.probes.ray's window makes (remote, wait, get, cancel, nodes),
+    over threads: node i's task sleeps seconds[i] (None: until cancelled). Records how many ran
+    at once and when each was sent."""
+
+    def __init__(self, seconds):
+        import threading
+
+        self.seconds = seconds
+        self.lock = threading.Lock()
+        self.running = set()  # the nodes whose task runs now
+        self.peak = 0
+        self.sent = {}
+        self.cancelled = set()
+        self.stops = {}
+
+    def nodes(self):
+        return [{"NodeID": f"{i:056x}", "Alive": True, "NodeManagerHostname": f"n{i}"} for i in range(len(self.seconds))]
+
+    def remote(self, **_):  # ray.remote(num_cpus=0, max_retries=0)(function)
+        return lambda function: _Remote(self)
+
+    def start(self, node):
+        import threading
+        from concurrent.futures import Future
+
+        from gpudoctor.snapshot import Snapshot
+
+        future, stop = Future(), threading.Event()
+        self.sent[node], self.stops[node] = time.monotonic(), stop
+
+        def body():
+            with self.lock:
+                self.running.add(node)
+                self.peak = max(self.peak, len(self.running))
+            stop.wait(self.seconds[node])
+            with self.lock:
+                self.running.discard(node)
+            future.set_result(Snapshot({}, {}).to_json())
+
+        threading.Thread(target=body, daemon=True).start()
+        future.node = node
+        return future
+
+    def wait(self, refs, num_returns, timeout):
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        done, _ = wait(refs, timeout=timeout, return_when=FIRST_COMPLETED)
+        done = [r for r in refs if r in done][:num_returns]
+        return done, [r for r in refs if r not in done]
+
+    def get(self, ref, timeout):
+        return ref.result(timeout)
+
+    def cancel(self, ref, force):  # the task counts as gone from here (Ray's cancel too is asynchronous)
+        with self.lock:
+            self.running.discard(ref.node)
+            self.cancelled.add(ref.node)
+        self.stops[ref.node].set()
+
+
+def _window(seconds, timeout, limit):
+    from gpudoctor.probes import ray as ray_probe
+
+    fake = StandInRay(seconds)
+    members, todo = ray_probe._members(fake.nodes())
+    t0 = time.monotonic()
+    ray_probe._probe(fake, members, todo, timeout, limit, 8000, None)
+    return fake, [m for m, _ in members], t0, time.monotonic() - t0
+
+
+class _Remote:
+    """remote.options(scheduling_strategy=…, name=…).remote(*args): the task pinned to its node."""
+
+    def __init__(self, fake, node=None):
+        self.fake, self.node = fake, node
+
+    def options(self, scheduling_strategy, name):
+        return _Remote(self.fake, int(scheduling_strategy.node_id, 16))
+
+    def remote(self, *args):
+        return self.fake.start(self.node)
+
+
+def test_probe_window_deadline_counts_from_each_nodes_own_start():
+    """Node 0 hangs; four nodes take 0.4 s each; two at a time, 1 s each. Node 0 holds a slot
+    for its 1 s; the others pass through the other slot one after another, so the fourth is sent
+    at ~1.0-1.2 s and answers at ~1.4-1.6 s, past a deadline counted from the command's start,
+    well within its own."""
+    fake, members, t0, elapsed = _window([None, 0.4, 0.4, 0.4, 0.4], timeout=1.0, limit=2)
+    assert [m.status for m in members] == ["timeout", "ok", "ok", "ok", "ok"], [(m.status, m.detail) for m in members]
+    assert members[0].detail.startswith("no answer within 1 s of its probe's start")
+    assert fake.cancelled == {0}
+    assert fake.peak <= 2
+    assert max(fake.sent.values()) - t0 >= 0.75  # a node was sent late: under a deadline from the start it would have failed
+    assert elapsed < 3.0
+
+
+def test_probe_window_is_bounded_and_not_held_up_by_a_slow_node():
+    fake, members, t0, elapsed = _window([None] + [0.2] * 9, timeout=2.0, limit=3)
+    assert fake.peak == 3
+    assert [m.status for m in members] == ["timeout"] + ["ok"] * 9
+    # The nine quick ones go two at a time beside the hung one: done in ~1 s, before its deadline.
+    assert max(fake.sent.values()) - t0 < 1.5 and elapsed < 3.5

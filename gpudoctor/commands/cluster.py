@@ -26,13 +26,17 @@ EPILOG = (
 )
 FORMATS = ("text", "json", "markdown", "junit", "github")
 DEFAULT_TIMEOUT = 60.0  # per node; the CLI's default (not imported from probes.ray: --help stays light)
+DEFAULT_CONCURRENCY = 32  # node probes in flight at once (probes.ray.DEFAULT_CONCURRENCY; not imported, as above)
 
 
 def configure(parser) -> None:
     parser.epilog = EPILOG
     parser.add_argument("-v", "--verbose", "--debug", dest="verbose", action="store_true", help="show unknown rules and tracebacks")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
-                        help=f"per node: how long to wait for its answer (default {DEFAULT_TIMEOUT:g} s)")
+                        help=f"per node: how long to wait for its answer, counted from when its probe starts (default {DEFAULT_TIMEOUT:g} s)")
+    parser.add_argument("--max-concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="K",
+                        help=f"over Ray: probe at most K nodes at once, the next as one answers (default {DEFAULT_CONCURRENCY}; "
+                             "the whole run can take up to nodes/K × --timeout when every node hangs)")
     parser.add_argument("--address", default="auto", metavar="auto|HOST:PORT",
                         help="the Ray cluster (default auto: RAY_ADDRESS, else the cluster started on this machine)")
     parser.add_argument("--snapshot", action=SnapshotFiles, metavar="FILE|DIR",
@@ -66,13 +70,16 @@ def run(args, io: IO) -> int:
     else:
         if not (0 < request.timeout <= MAX_TIMEOUT):  # also refuses nan and inf
             raise UsageError(f"--timeout must be a number of seconds between 0 and {MAX_TIMEOUT:g}")
+        if request.max_concurrency < 1:
+            raise UsageError("--max-concurrency must be at least 1")
         from gpudoctor.probes.ray import ClusterError, gather_ray
 
         status = Status(io.stderr, io.environ)
-        status.say(f"gpudoctor: asking every node of the Ray cluster at {request.address or 'auto'} … (up to {request.timeout:g} s a node)")
+        status.say(f"gpudoctor: asking every node of the Ray cluster at {request.address or 'auto'} … "
+                   f"(up to {request.timeout:g} s a node, {request.max_concurrency} at a time)")
         try:
             snapshot = gather_ray(request.address, request.timeout, port=request.port, python=request.python, plan=sizes,
-                                  environ=io.environ)
+                                  environ=io.environ, max_concurrency=request.max_concurrency)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
         finally:

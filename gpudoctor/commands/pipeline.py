@@ -47,6 +47,7 @@ class Request:
     launch: Optional[str] = None  # explain --launch CMD
     save: Optional[str] = None  # cluster --save
     address: str = "auto"  # cluster --address
+    max_concurrency: int = 32  # cluster --max-concurrency: node probes in flight at once over Ray
     tensor_parallel_size: Optional[int] = None
     pipeline_parallel_size: Optional[int] = None
     # The server smoke check (``smoke``, ``check --smoke``, ``report --url``): smoke's own options, at

@@ -3,16 +3,23 @@
 One task per alive node, pinned there (NodeAffinitySchedulingStrategy, soft=False,
 ``num_cpus=0`` so a busy cluster still runs it), which imports gpudoctor on that node and
 returns ``probes.collect(Context(...)).to_json()`` (``probe_this_node``: the same contract and
-the same probes as on one machine). ``ray.wait`` bounds the whole gathering by ``--timeout``:
-a node whose task cannot run (dead) is ``unreachable``, one that does not answer in time is
-``timeout``, one whose task raised is ``error``; the others' results still come out. Ray is
-imported only here, only when ``gpudoctor cluster`` runs over Ray (``pip install
-'gpudoctor[ray]'``), and the driver disconnects (``ray.shutdown``) before the command returns.
-The nodes' snapshots become one cluster snapshot (gpudoctor/cluster.py, the multi-node model).
+the same probes as on one machine). At most ``--max-concurrency`` tasks are in flight at once
+(a fleet of 1,000 nodes is not asked all at once: the driver, the GCS and a shared file system
+under the nodes' imports each see at most K); the next node's task is sent as one finishes.
+Each node has ``--timeout`` seconds from when its own task was sent, so a node that waited
+in the queue is not timed out for the others' slowness, and ``ray.wait`` over the tasks in
+flight takes each answer as it comes, so a slow node never holds up the others (only its slot,
+until its deadline). A node whose task cannot run (dead) is ``unreachable``, one that does not
+answer in time is ``timeout`` (its task cancelled), one whose task raised is ``error``; the
+others' results still come out. Ray is imported only here, only when ``gpudoctor cluster``
+runs over Ray (``pip install 'gpudoctor[ray]'``), and the driver disconnects
+(``ray.shutdown``) before the command returns. The nodes' snapshots become one cluster
+snapshot (gpudoctor/cluster.py, the multi-node model).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -22,6 +29,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+DEFAULT_CONCURRENCY = 32  # node probes in flight at once (the CLI's --max-concurrency default)
 RAY_MISSING = "gpudoctor cluster needs Ray: pip install 'gpudoctor[ray]' (or use --snapshot FILE per node)"
 
 
@@ -42,6 +50,7 @@ def import_ray():
 
 def probe_this_node(timeout: float, port: int, python: Optional[str]) -> Dict[str, Any]:
     """Runs on a Ray node (the task's body): this node's snapshot as JSON."""
+    began = time.time()  # the node's clock: when this task's body ran, in the snapshot's meta
     from gpudoctor import __version__
     from gpudoctor.probes import Context, collect
 
@@ -58,6 +67,7 @@ def probe_this_node(timeout: float, port: int, python: Optional[str]) -> Dict[st
         snapshot.meta["ray_node_id"] = ray.get_runtime_context().get_node_id()
     except Exception:
         pass
+    snapshot.meta["ray_task"] = {"started": round(began, 3), "ended": round(time.time(), 3)}
     return snapshot.to_json()
 
 
@@ -80,14 +90,14 @@ def _node_environ() -> Dict[str, str]:
     return environ
 
 
-_REMOTE = None
+_REMOTE: Optional[Tuple[Any, Any]] = None  # (the ray module, the remote function made with it)
 
 
 def _remote(ray):
     global _REMOTE
-    if _REMOTE is None:
-        _REMOTE = ray.remote(num_cpus=0, max_retries=0)(probe_this_node)
-    return _REMOTE
+    if _REMOTE is None or _REMOTE[0] is not ray:
+        _REMOTE = (ray, ray.remote(num_cpus=0, max_retries=0)(probe_this_node))
+    return _REMOTE[1]
 
 
 def _bootstrap(address: str, environ) -> Tuple[str, str]:
@@ -176,8 +186,9 @@ _GONE_ON_PURPOSE = {1, 3, 4, "EXPECTED_TERMINATION", "AUTOSCALER_DRAIN_PREEMPTED
 
 
 def gather_ray(address: str = "auto", timeout: float = 60.0, port: int = 8000, python: Optional[str] = None,
-               plan: Optional[Dict[str, int]] = None, environ=None):
-    """Every alive node's snapshot, gathered by one pinned Ray task per node; the merged Snapshot."""
+               plan: Optional[Dict[str, int]] = None, environ=None, max_concurrency: int = DEFAULT_CONCURRENCY):
+    """Every alive node's snapshot, gathered by one pinned Ray task per node, at most
+    ``max_concurrency`` at once, each under ``timeout`` from its own start; the merged Snapshot."""
     from gpudoctor import __version__
     from gpudoctor import cluster
 
@@ -194,9 +205,8 @@ def gather_ray(address: str = "auto", timeout: float = 60.0, port: int = 8000, p
             _reachable(target, where, min(5.0, timeout))
             _connect(ray, address if address not in ("", "auto") else "auto", max(10.0, timeout))
         try:
-            listing = ray.nodes()
-            members, refs = _submit(ray, listing, timeout, port, python)
-            _collect(ray, members, refs, timeout)
+            members, todo = _members(ray.nodes())
+            _probe(ray, members, todo, timeout, max(1, int(max_concurrency)), port, python)
         except ClusterError:
             raise
         except Exception as exc:  # Ray itself failing mid-way: one line, not a traceback
@@ -210,77 +220,105 @@ def gather_ray(address: str = "auto", timeout: float = 60.0, port: int = 8000, p
                     pass
     source = f"ray {address if address not in ('', 'auto') else target}"
     meta = {"gpudoctor": __version__, "cluster": {"source": "ray", "address": source[4:],
-                                                   "elapsed_s": round(time.monotonic() - started, 3)}}
+                                                   "elapsed_s": round(time.monotonic() - started, 3),
+                                                   "max_concurrency": max(1, int(max_concurrency))}}
     return cluster.merge([m for m, _ in members], source, plan, meta)
 
 
-def _submit(ray, listing, timeout: float, port: int, python: Optional[str]):
+def _members(listing) -> Tuple[List[Tuple[Any, Dict[str, Any]]], List[int]]:
+    """(member, its Ray node) for every node Ray lists (dead ones already marked unreachable),
+    and the indexes of those to probe, in Ray's order."""
     from gpudoctor import cluster
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = [n for n in listing if isinstance(n, dict) and n.get("NodeID")]
     nodes = [n for n in nodes if n.get("Alive") or n.get("DeathReason") not in _GONE_ON_PURPOSE]
     hosts = [cluster.safe_name(str(n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "node").split(".")[0]) for n in nodes]
     repeated = {h for h in hosts if hosts.count(h) > 1}
     names = cluster.unique_names([f"{h}-{n['NodeID'][:6]}" if h in repeated else h for h, n in zip(hosts, nodes)])
-    probe_timeout = max(0.5, min(10.0, timeout * 0.5))
-    remote = _remote(ray)
     members: List[Tuple[Any, Dict[str, Any]]] = []
-    refs: Dict[Any, int] = {}
+    todo: List[int] = []
     for name, node in zip(names, nodes):
         member = cluster.Member(name, source=f"ray node {node['NodeID']}", address=str(node.get("NodeManagerAddress") or ""),
                                 head="node:__internal_head__" in (node.get("Resources") or {}))
-        members.append((member, node))
-        if not node.get("Alive"):
+        if node.get("Alive"):
+            todo.append(len(members))
+        else:
             member.status = cluster.UNREACHABLE
-            reason = node.get("DeathReasonMessage") or "no reason given"
-            member.detail = f"Ray marks this node dead ({reason})"
-            continue
-        try:
-            ref = remote.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False),
-                name=f"gpudoctor-probe-{name}",
-            ).remote(probe_timeout, port, python)
-        except Exception as exc:
-            member.status, member.detail = cluster.NODE_ERROR, f"could not submit the probe task: {type(exc).__name__}: {exc}"
-            continue
-        refs[ref] = len(members) - 1
-    return members, refs
+            member.detail = f"Ray marks this node dead ({node.get('DeathReasonMessage') or 'no reason given'})"
+        members.append((member, node))
+    return members, todo
 
 
-def _collect(ray, members, refs: Dict[Any, int], timeout: float) -> None:
+def _probe(ray, members, todo: List[int], timeout: float, limit: int, port: int, python: Optional[str]) -> None:
+    """A window of at most ``limit`` tasks in flight: each node's task is sent when a slot is free
+    and given ``timeout`` from then; an answer (or a deadline passed) frees its slot for the next.
+    Failures and timeouts are named at the end, against one fresh list of the alive nodes (a node
+    killed mid-run fails its task before Ray has declared it dead)."""
     from gpudoctor import cluster
-    from gpudoctor.snapshot import Snapshot, SnapshotError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    pending = list(refs)
-    deadline = time.monotonic() + timeout
-    ready: List[Any] = []
-    while pending:
-        left = deadline - time.monotonic()
-        if left <= 0:
+    probe_timeout = max(0.5, min(10.0, timeout * 0.5))
+    remote = _remote(ray)
+    queue = collections.deque(todo)
+    flying: Dict[Any, Tuple[int, float]] = {}  # task -> (its member, its deadline)
+    failed: List[Tuple[int, BaseException]] = []
+    late: List[int] = []
+    while queue or flying:
+        while queue and len(flying) < limit:
+            index = queue.popleft()
+            member, node = members[index]
+            try:
+                ref = remote.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False),
+                    name=f"gpudoctor-probe-{member.name}",
+                ).remote(probe_timeout, port, python)
+            except Exception as exc:
+                member.status, member.detail = cluster.NODE_ERROR, f"could not submit the probe task: {type(exc).__name__}: {exc}"
+                continue
+            flying[ref] = (index, time.monotonic() + timeout)
+        if not flying:
             break
-        done, pending = ray.wait(pending, num_returns=1, timeout=left)
-        ready.extend(done)
-    alive = _alive(ray)
-    for ref in ready:
-        member, node = members[refs[ref]]
-        try:
-            data = ray.get(ref, timeout=max(1.0, min(30.0, timeout)))
-            member.snapshot = Snapshot.from_json(data)
-        except SnapshotError as exc:
-            member.status, member.detail = cluster.NODE_ERROR, f"its snapshot does not load: {exc}"
-        except Exception as exc:
-            member.status, member.detail = _failure(exc, node["NodeID"], alive)
-    for ref in pending:
-        member, node = members[refs[ref]]
+        soonest = min(deadline for _, deadline in flying.values())
+        done, _ = ray.wait(list(flying), num_returns=1, timeout=max(0.0, soonest - time.monotonic()))
+        for ref in done:
+            index, _ = flying.pop(ref)
+            error = _answer(ray, ref, members[index][0], timeout)
+            if error is not None:
+                failed.append((index, error))
+        now = time.monotonic()
+        for ref in [r for r, (_, deadline) in flying.items() if deadline <= now]:
+            index, _ = flying.pop(ref)
+            late.append(index)
+            try:  # frees the node's worker; the slot is free either way
+                ray.cancel(ref, force=True)
+            except Exception:
+                pass
+    alive = _alive(ray) if failed or late else None
+    for index, error in failed:
+        member, node = members[index]
+        member.status, member.detail = _failure(error, node["NodeID"], alive)
+    for index in late:
+        member, node = members[index]
         if alive is not None and node["NodeID"] not in alive:
             member.status, member.detail = cluster.UNREACHABLE, f"the node died while it was being checked (no answer within {timeout:g} s)"
         else:
-            member.status, member.detail = cluster.NODE_TIMEOUT, f"no answer within {timeout:g} s (the node is alive in Ray but its task did not finish)"
-        try:
-            ray.cancel(ref, force=True)
-        except Exception:
-            pass
+            member.status, member.detail = (cluster.NODE_TIMEOUT, f"no answer within {timeout:g} s of its probe's start "
+                                                                  "(the node is alive in Ray but its task did not finish)")
+
+
+def _answer(ray, ref, member, timeout: float) -> Optional[BaseException]:
+    """A finished task's snapshot into its member; the task's exception when it raised."""
+    from gpudoctor import cluster
+    from gpudoctor.snapshot import Snapshot, SnapshotError
+
+    try:
+        data = ray.get(ref, timeout=max(1.0, min(30.0, timeout)))
+        member.snapshot = Snapshot.from_json(data)
+    except SnapshotError as exc:
+        member.status, member.detail = cluster.NODE_ERROR, f"its snapshot does not load: {exc}"
+    except Exception as exc:
+        return exc
+    return None
 
 
 def _alive(ray) -> Optional[set]:
