@@ -39,10 +39,13 @@ from gpudoctor.probes.launch import sglang_args  # noqa: E402
 pytestmark = pytest.mark.real
 
 VERSION = "0.5.23"
-# 0.5.17 and 0.5.12 (flags on ServerArgs, add_argument calls; read by tests/real/test_sglang_layout.py) cannot be
-# oracles here: their server_args imports torchvision.io at import time, and no CPU torchvision for CPU torch
-# 2.13 is on the indexes these machines reach (PyPI's is CUDA-built: "operator torchvision::nms does not exist").
-RELEASES = ("0.5.23",)
+# 0.5.17 (flags declared on ServerArgs, read by probes/launch/sglang_args_legacy.py) cannot be imported here: its
+# server_args imports torchvision.io, and no CPU torchvision is on the indexes these machines reach. Its parser
+# ran on the H200, which has the torch and torchvision it pins (2.11.0, 0.26.0), and its answers are kept in
+# tests/fixtures/oracle/sglang-0.5.17.json (scripts/device/sglang_oracle.sh; oracle_cache.recorded).
+# 0.5.12: its closure as pip resolves it today stops importing in transformers 5.6.0's hub_kernels under kernels 0.19.1
+# ("Either a revision or a version must be specified", seen in its CPU parser venv), so it has no oracle.
+RELEASES = ("0.5.23", "0.5.17")
 
 ORACLE = r'''
 import argparse, json, sys
@@ -51,9 +54,18 @@ from sglang.srt.server_args import ServerArgs
 class Refused(Exception):
     pass
 
+class Exited(Exception):
+    pass
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):
         raise Refused(message)
+
+    def print_help(self, file=None):  # --help, or an abbreviation of it (--he): accepted, and nothing printed
+        pass
+
+    def exit(self, status=0, message=None):
+        raise Exited()
 
 parser = Parser(prog="sglang serve")
 ServerArgs.add_cli_args(parser)
@@ -67,6 +79,8 @@ for argv in json.loads(sys.argv[1]):
         out["verdicts"].append([w for w in rest if w.startswith("-")])
     except Refused as exc:
         out["verdicts"].append(["refused: " + str(exc)])
+    except Exited:  # argparse's help action ran: the command is one the parser accepts
+        out["verdicts"].append([])
 print(json.dumps(out))
 '''
 

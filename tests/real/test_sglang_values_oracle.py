@@ -24,10 +24,13 @@ from gpudoctor.probes.launch import sglang_args, sglang_values  # noqa: E402
 pytestmark = pytest.mark.real
 
 VERSION = "0.5.23"
-# 0.5.17 and 0.5.12 (flags on ServerArgs, add_argument calls; read by tests/real/test_sglang_layout.py) cannot be
-# oracles here: their server_args imports torchvision.io at import time, and no CPU torchvision for CPU torch
-# 2.13 is on the indexes these machines reach (PyPI's is CUDA-built: "operator torchvision::nms does not exist").
-RELEASES = ("0.5.23",)
+# 0.5.17 (flags declared on ServerArgs, read by probes/launch/sglang_args_legacy.py) cannot be imported here: its
+# server_args imports torchvision.io, and no CPU torchvision is on the indexes these machines reach. Its parser
+# ran on the H200, which has the torch and torchvision it pins (2.11.0, 0.26.0), and its answers are kept in
+# tests/fixtures/oracle/sglang-0.5.17.json (scripts/device/sglang_oracle.sh; oracle_cache.recorded).
+# 0.5.12: its closure as pip resolves it today stops importing in transformers 5.6.0's hub_kernels under kernels 0.19.1
+# ("Either a revision or a version must be specified", seen in its CPU parser venv), so it has no oracle.
+RELEASES = ("0.5.23", "0.5.17")
 
 ORACLE = r'''
 import argparse, json

@@ -96,9 +96,10 @@ def read_flags(package: str) -> Dict[str, Any]:
     tree = _parse(os.path.join(package, SERVER_ARGS), "sglang/srt/server_args.py", out["problems"])
     if tree is not None:
         out["files"].append("sglang/srt/server_args.py")
+        here = dict(lists, **legacy.module_lists(tree))  # 0.5.17 and before: the *_CHOICES lists live in server_args.py
         if names is None:
-            _annotated_fields(tree, lists, out)
-        legacy.add_argument_flags(tree, dict(lists, **legacy.module_lists(tree)), out)
+            _annotated_fields(tree, here, out)
+        legacy.add_argument_flags(tree, here, out)
     if not any(field for field in out["flags"].values()):
         out["problems"].append("no argument definitions found (neither srt/arg_groups/fields nor server_args.py)")
     flags = out["flags"]
