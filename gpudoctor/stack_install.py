@@ -196,9 +196,6 @@ def apply(action: StackAction, state: Dict[str, Any], run: Callable[..., Any], s
     measured = stack_space.measure(resolved["items"])
     say("pip will install " + stack_space.describe(measured))
     site = str(state.get("purelib") or state.get("location"))
-    no_room = stack_space.room_problem(site, measured)
-    if no_room:
-        return Result(REFUSED, no_room)
     replaced = []  # the installed distributions the resolution swaps out: their files are stashed
     for name, _ in changes:
         seen = dist_state.read(action.python, name, run=run)
@@ -213,6 +210,11 @@ def apply(action: StackAction, state: Dict[str, Any], run: Callable[..., Any], s
     roots = _roots(state)
     before = listing(roots)
     files = sorted({f for s in replaced for f in s.get("files") or []})
+    # the stash's manifest (every path listed, and each kept file's entry) is written on the same disk first
+    manifest = sum(len(p) + 4 for p in before) + sum(len(f) * 2 + 160 for f in files)
+    no_room = stack_space.room_problem(site, measured, manifest)
+    if no_room:
+        return Result(REFUSED, no_room)
     label = f"{action.kind} {action.dist} {action.version}".strip()
     try:
         stash = Stash(site, files, label, listing={"roots": roots, "before": sorted(before)})

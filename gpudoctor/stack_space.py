@@ -112,18 +112,20 @@ def where_pip_writes(site: str) -> Dict[str, str]:
     return places
 
 
-def room_problem(site: str, measured: Sequence[Dict[str, Any]]) -> str:
-    """Why the change cannot fit ("" when it may): the least it writes against the free space, in numbers."""
+def room_problem(site: str, measured: Sequence[Dict[str, Any]], stash_bytes: int = 0) -> str:
+    """Why the change cannot fit ("" when it may): the least it writes against the free space, in numbers.
+    ``stash_bytes``: what gpudoctor itself writes beside site-packages first (the stash's manifest)."""
     total = totals(measured)
     needs = {"site-packages": total["needs_at_least_bytes"], "pip's temporary folder": total["download_bytes"]}
     for what, path in where_pip_writes(site).items():
         free = free_bytes(path)
         need = needs[what]
-        if free is not None and need and free < need:
+        if free is not None and need and free < need + (stash_bytes if what == "site-packages" else 0):
             how = "to download" if what != "site-packages" else (
                 "unpacked" if all(m.get("unpacked_bytes") is not None for m in measured) else "(the download size: the unpacked one is unknown)")
             return (f"not enough free space: {mount_of(path)} (the file system of {what}, {path}) has {human(free)} free, and "
-                    f"{_names(measured)} {_need(measured)} at least {human(need)} {how}: "
+                    f"{_names(measured)} {_need(measured)} at least {human(need)} {how}"
+                    f"{f', plus {human(stash_bytes)} for the record gpudoctor keeps to undo it' if what == 'site-packages' and stash_bytes else ''}: "
                     f"nothing was changed; free some space there, then run fix again")
     return ""
 

@@ -7,7 +7,8 @@ real lark 1.2.2 wheel (``PIP_FIND_LINKS``, ``PIP_NO_INDEX``), so its sizes are k
 bytes to download, 350,066 unpacked (its zip directory), and more on the tmpfs (pages, bytecode).
 
 - 200 KiB free (less than lark 1.2.2 unpacks to): refused before anything is touched, with numbers;
-- unpacked size + 64 KiB free (enough by the numbers, not with bytecode and page rounding): pip
+- unpacked size + 256 KiB free (enough by the numbers, the stash's record of the venv's ~1,000 paths
+  included; not with bytecode and page rounding: lark 1.2.2 takes 1,040 KiB of a tmpfs): pip
   itself fails with the real ``[Errno 28] No space left on device``; the user is told the disk is
   full, where and how much was free; every file is back, byte-identical, every RECORD hash checked;
 - 0 bytes free, an uninstall: the stash's manifest cannot be written, so nothing is changed;
@@ -108,10 +109,10 @@ def scenario(mount: Path, wheels: Path, bundled_pip: str) -> Dict[str, object]:
                 "records_bad": records_bad(site), "stashes": [p.name for p in site.parent.glob(stack_fix.STASH_PREFIX + "*")]}
 
     out["too_small"] = dict(free=leave_free(mount, 200 << 10), **attempt(install, stack_install))
-    out["enospc"] = dict(free=leave_free(mount, LARK_UNPACKED + (64 << 10)), **attempt(install, stack_install))
+    out["enospc"] = dict(free=leave_free(mount, LARK_UNPACKED + (256 << 10)), **attempt(install, stack_install))
     out["stash_full"] = dict(free=leave_free(mount, 0), **attempt(uninstall, stack_fix))
     # what `gpudoctor fix` prints and whether it counts as trouble (its exit status is 1 on trouble)
-    leave_free(mount, LARK_UNPACKED + (64 << 10))
+    leave_free(mount, LARK_UNPACKED + (256 << 10))
     lines: list = []
     out["command_trouble"] = fix_command._apply_stack(install, False, lines.append)
     out["command_said"] = lines
@@ -152,7 +153,7 @@ def test_a_full_disk_is_refused_or_rolled_back_and_said(tmp_path):
 
     small = out["too_small"]
     assert small["status"] == "refused" and small["same"] and not small["stashes"], small
-    assert small["detail"].startswith("not enough free space: ") and "lark 1.2.2 needs at least 341.9 KiB unpacked" in small["detail"]
+    assert small["detail"].startswith("not enough free space: ") and "lark 1.2.2 needs at least 341.9 KiB unpacked, plus " in small["detail"]
     assert "nothing was changed" in small["detail"] and f"{mount} (the file system of site-packages" in small["detail"]
     assert "pip will install lark 1.2.2 (108.4 KiB); download 108.4 KiB in total" in small["said"]
 
