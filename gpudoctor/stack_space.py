@@ -89,10 +89,13 @@ def totals(measured: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def describe(measured: Sequence[Dict[str, Any]]) -> str:
-    """``lark 1.2.2 (108.4 KiB), torch 2.13.0 (size unknown); download 108.4 KiB in total (1 size unknown)``."""
+    """``lark 1.2.2 (108.4 KiB, 341.9 KiB unpacked), torch 2.13.0 (size unknown); download 108.4 KiB in total
+    (1 size unknown)``: what the plan and the apply say."""
     if not measured:
         return "nothing to download"
-    each = ", ".join(f"{m['name']} {m['version']} ({human(m.get('download_bytes'))})" for m in measured)
+    each = ", ".join(f"{m['name']} {m['version']} ({human(m.get('download_bytes'))}"
+                     + (f", {human(m['unpacked_bytes'])} unpacked" if m.get("unpacked_bytes") is not None else "") + ")"
+                     for m in measured)
     total = totals(measured)
     unknown = f" ({total['unknown']} size{'s' if total['unknown'] > 1 else ''} unknown)" if total["unknown"] else ""
     if total["unknown"] == len(measured):

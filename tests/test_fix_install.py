@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -299,12 +300,14 @@ def test_the_plan_shows_what_pip_would_download_and_how_big(venv, wheels, tmp_pa
     assert code == 1 and item["verdict"] == "go" and plan["changed"] is False
     [got] = item["download"]["items"]  # corelib 2.0 is installed already: only ext 1.1 is fetched
     assert (got["name"], got["version"], got["url"]) == ("ext", "1.1", new_ext.as_uri())
-    assert got["download_bytes"] == new_ext.stat().st_size and got["unpacked_bytes"] > 0
+    assert got["download_bytes"] == new_ext.stat().st_size
+    assert got["unpacked_bytes"] == sum(i.file_size for i in zipfile.ZipFile(new_ext).infolist())
     assert plan["download_bytes"] == new_ext.stat().st_size and plan["download_unknown"] == 0 and new_core.exists()
     said: list = []
     fix_command._say_downloads([(1, replace_action(venv))], said.append)
     assert said == ["download (pip resolves each change with --dry-run: nothing changes):",
-                    f"  1. ext 1.1 ({stack_space.human(new_ext.stat().st_size)}); download {stack_space.human(new_ext.stat().st_size)} in total"]
+                    f"  1. ext 1.1 ({stack_space.human(new_ext.stat().st_size)}, {stack_space.human(got['unpacked_bytes'])} unpacked); "
+                    f"download {stack_space.human(new_ext.stat().st_size)} in total"]
     out = io.StringIO()
     fix_command._print_plan(planned, lambda a: fix_command._verdict(fix_actions.Machine(), a), IO({}, out, io.StringIO()), resolve=False)
     assert "download" not in json.loads(out.getvalue())["plan"][0] and json.loads(out.getvalue())["download_bytes"] is None

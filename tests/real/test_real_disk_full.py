@@ -155,7 +155,7 @@ def test_a_full_disk_is_refused_or_rolled_back_and_said(tmp_path):
     assert small["status"] == "refused" and small["same"] and not small["stashes"], small
     assert small["detail"].startswith("not enough free space: ") and "lark 1.2.2 needs at least 341.9 KiB unpacked, plus " in small["detail"]
     assert "nothing was changed" in small["detail"] and f"{mount} (the file system of site-packages" in small["detail"]
-    assert "pip will install lark 1.2.2 (108.4 KiB); download 108.4 KiB in total" in small["said"]
+    assert "pip will install lark 1.2.2 (108.4 KiB, 341.9 KiB unpacked); download 108.4 KiB in total" in small["said"]
 
     full = out["enospc"]
     assert full["status"] == "restored", full  # pip ran, failed for real, and everything came back
