@@ -11,7 +11,8 @@ bytes to download, 350,066 unpacked (its zip directory), and more on the tmpfs (
   included; not with bytecode and page rounding: lark 1.2.2 takes 1,040 KiB of a tmpfs): pip
   itself fails with the real ``[Errno 28] No space left on device``; the user is told the disk is
   full, where and how much was free; every file is back, byte-identical, every RECORD hash checked;
-- 0 bytes free, an uninstall: the stash's manifest cannot be written, so nothing is changed;
+- 0 bytes free, an uninstall, and an install whose sizes are unknown (so the room check cannot refuse
+  it): the stash's manifest cannot be written, so nothing is changed;
 - the ballast removed: the same install goes through (the failures above were the disk's).
 
 Runs as root (CI and these machines do); skipped with the reason where mounting is refused.
@@ -80,7 +81,7 @@ def leave_free(mount: Path, nbytes: int) -> int:
 
 def scenario(mount: Path, wheels: Path, bundled_pip: str) -> Dict[str, object]:
     """Runs inside the mount namespace, the tmpfs mounted at ``mount``; returns what each case showed."""
-    from gpudoctor import actions, runner, stack_fix, stack_install
+    from gpudoctor import actions, runner, stack_fix, stack_install, stack_space
     from gpudoctor.commands import fix as fix_command
 
     venv = mount / "venv"
@@ -111,6 +112,14 @@ def scenario(mount: Path, wheels: Path, bundled_pip: str) -> Dict[str, object]:
     out["too_small"] = dict(free=leave_free(mount, 200 << 10), **attempt(install, stack_install))
     out["enospc"] = dict(free=leave_free(mount, LARK_UNPACKED + (256 << 10)), **attempt(install, stack_install))
     out["stash_full"] = dict(free=leave_free(mount, 0), **attempt(uninstall, stack_fix))
+    # the same full disk under an install whose sizes are unknown (an index that answers no HEAD): the room
+    # check cannot refuse it, so the stash is what finds the disk full, before pip runs
+    measure = stack_space.measure
+    stack_space.measure = lambda items, **kw: [dict(m, download_bytes=None, unpacked_bytes=None) for m in measure(items, **kw)]
+    try:
+        out["stash_full_install"] = dict(free=leave_free(mount, 0), **attempt(install, stack_install))
+    finally:
+        stack_space.measure = measure
     # what `gpudoctor fix` prints and whether it counts as trouble (its exit status is 1 on trouble)
     leave_free(mount, LARK_UNPACKED + (256 << 10))
     lines: list = []
@@ -170,6 +179,11 @@ def test_a_full_disk_is_refused_or_rolled_back_and_said(tmp_path):
     assert stash["detail"].startswith("the disk is full: the ") and "could not be kept aside" in stash["detail"]
     assert "No space left on device" in stash["detail"] and "has 0 B free" in stash["detail"] and "nothing was changed" in stash["detail"]
     assert stash["same"] and not stash["stashes"]
+
+    unsized = out["stash_full_install"]
+    assert unsized["status"] == "refused" and unsized["same"] and not unsized["stashes"], unsized
+    assert unsized["detail"].startswith("the disk is full: the 84 file(s) to be replaced could not be kept aside in "), unsized
+    assert "pip will install lark 1.2.2 (size unknown); download size unknown" in unsized["said"]
 
     assert out["command_trouble"] is True and out["command_same"]
     assert any(line.startswith("  FAILED, restored: install lark==1.2.2") and "the disk is full" in line for line in out["command_said"])
