@@ -170,13 +170,17 @@ def resolve(action: StackAction, run: Callable[..., Any], timeout: float = RESOL
 
 def preview(action: StackAction, run: Callable[..., Any], timeout: float = PREVIEW_TIMEOUT) -> Dict[str, Any]:
     """For the plan: what pip would download for this action, and how big it is (``--dry-run``: nothing
-    changes). ``{"items": [{name, version, url, download, unpacked}], "download_bytes", "unknown",
-    "needs_at_least_bytes"}``, or ``{"error": why}`` when pip cannot resolve it now."""
+    changes). ``{"items": [{name, version, url, download_bytes, unpacked_bytes}], "download_bytes", "unknown",
+    "needs_at_least_bytes"}`` (and ``"room"``: why it cannot fit on the disk, where it cannot), or ``{"error": why}``
+    when pip cannot resolve it now."""
     resolved = resolve(action, run, timeout=timeout)
     if "error" in resolved:
         return {"error": str(resolved["error"])}
     measured = stack_space.measure(resolved["items"])
-    return {"items": measured, **stack_space.totals(measured)}
+    state = dist_state.read(action.python, action.dist, run=run)
+    site = str(state.get("purelib") or state.get("location") or "")
+    room = stack_space.room_problem(site, measured) if site and "error" not in state else ""
+    return {"items": measured, **stack_space.totals(measured), **({"room": room} if room else {})}
 
 
 def _roots(state: Dict[str, Any]) -> List[str]:

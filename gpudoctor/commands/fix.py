@@ -255,6 +255,8 @@ def _say_downloads(numbered, say) -> None:
             unknown += 1
             continue
         say(f"  {number}. {stack_space.describe(preview['items'])}")
+        if preview.get("room"):
+            say(f"     will not fit: {preview['room']}")
         total, unknown = total + preview["download_bytes"], unknown + preview["unknown"]
     if len(seen) > 1:
         say(f"  in total: {stack_space.human(total)}" + (f" ({unknown} size(s) unknown)" if unknown else ""))

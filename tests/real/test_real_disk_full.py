@@ -110,6 +110,7 @@ def scenario(mount: Path, wheels: Path, bundled_pip: str) -> Dict[str, object]:
                 "records_bad": records_bad(site), "stashes": [p.name for p in site.parent.glob(stack_fix.STASH_PREFIX + "*")]}
 
     out["too_small"] = dict(free=leave_free(mount, 200 << 10), **attempt(install, stack_install))
+    out["plan_too_small"] = stack_install.preview(install, runner.run)  # what the plan says before anything is asked
     out["enospc"] = dict(free=leave_free(mount, LARK_UNPACKED + (256 << 10)), **attempt(install, stack_install))
     out["stash_full"] = dict(free=leave_free(mount, 0), **attempt(uninstall, stack_fix))
     # the same full disk under an install whose sizes are unknown (an index that answers no HEAD): the room
@@ -165,6 +166,10 @@ def test_a_full_disk_is_refused_or_rolled_back_and_said(tmp_path):
     assert small["detail"].startswith("not enough free space: ") and "lark 1.2.2 needs at least 341.9 KiB unpacked, plus " in small["detail"]
     assert "nothing was changed" in small["detail"] and f"{mount} (the file system of site-packages" in small["detail"]
     assert "pip will install lark 1.2.2 (108.4 KiB, 341.9 KiB unpacked); download 108.4 KiB in total" in small["said"]
+
+    plan = out["plan_too_small"]
+    assert (plan["download_bytes"], plan["needs_at_least_bytes"], plan["unknown"]) == (111036, LARK_UNPACKED, 0), plan
+    assert plan["room"].startswith("not enough free space: ") and "lark 1.2.2 needs at least 341.9 KiB unpacked" in plan["room"]
 
     full = out["enospc"]
     assert full["status"] == "restored", full  # pip ran, failed for real, and everything came back
