@@ -6,7 +6,9 @@ where vLLM pins lark==1.2.2: GD503 plans `PY -m pip install lark==1.2.2` (from P
 machine's pip configuration). Each command runs ``--runs`` times as a fresh process:
 
 - ``check_s`` / ``plan_s``: `gpudoctor check --python PY --format json` and `gpudoctor fix --python
-  PY --format json` (no network: the plan is the rules plus one `dist_state` read per action);
+  PY --format json --no-resolve` (no network: the plan is the rules plus one `dist_state` read per
+  action); ``plan_sized_s``: the same plan with each change resolved by pip (`--dry-run --report`)
+  and its downloads sized (a HEAD and Range reads of the wheel's directory), as `fix` shows it;
 - ``pip_s``: the bare `PY -m pip install lark==1.2.2` (lark 1.2.1 put back between runs);
 - ``safe_apply_s``: gpudoctor's check (the interpreter asked again, pip's version, the pip-process
   scan) + resolve (`pip install --dry-run --report`) + stash + pip + verification, with
@@ -59,9 +61,12 @@ def main() -> int:
         common = ["--python", py, "--format", "json", "--timeout", "120"]
         wall(me + ["check"] + common)  # warm the scan cache and the page cache once
         check = [wall(me + ["check"] + common) for _ in range(args.runs)]
-        plan = [wall(me + ["fix"] + common) for _ in range(args.runs)]
-        out: Dict[str, float] = {"check_s": statistics.median(check), "plan_s": statistics.median(plan)}
+        plan = [wall(me + ["fix", "--no-resolve"] + common) for _ in range(args.runs)]
+        sized = [wall(me + ["fix"] + common) for _ in range(args.runs)]
+        out: Dict[str, float] = {"check_s": statistics.median(check), "plan_s": statistics.median(plan),
+                                 "plan_sized_s": statistics.median(sized)}
         out["plan_minus_check_s"] = out["plan_s"] - out["check_s"]
+        out["sizes_s"] = out["plan_sized_s"] - out["plan_s"]
         bare, safe, resolve = [], [], []
         action = actions.StackAction("install", "lark", "1.2.1", py, "GD503", "bench", ("lark==1.2.2",))
         for _ in range(args.runs):

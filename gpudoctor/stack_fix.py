@@ -199,7 +199,12 @@ def apply(action: StackAction, state: Dict[str, Any], run: Callable[..., Any],
     before = dist_state.import_failures(action.python, touched, run=run)  # what already failed is not this change's doing
     if before is None:
         return Result(FAILED, f"the import test in a child of {action.python} did not answer: nothing was changed")
-    stash = Stash(str(state["location"]), state.get("files") or [], f"{action.dist} {action.version}")
+    try:
+        stash = Stash(str(state["location"]), state.get("files") or [], f"{action.dist} {action.version}")
+    except OSError as exc:  # a full disk: the manifest cannot be written; nothing was changed yet
+        from gpudoctor.stack_space import stash_refusal
+
+        return Result(REFUSED, stash_refusal(str(state["location"]), state.get("files") or [], exc))
     say(f"kept {len(stash.entries)} file(s) of {action.dist} aside in {stash.root}")
     try:
         done = run(action.argv, timeout=PIP_TIMEOUT)

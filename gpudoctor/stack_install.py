@@ -10,16 +10,21 @@ this user cannot write (a read-only mount too: ``access(2)`` says EROFS), a syst
    action names is added), bounded in time. An index that cannot be reached (any connection error
    pip logs: an answer from part of the indexes may pick the wrong build), a conflict, or no wheel
    for this platform: say pip's words and change nothing;
-2. stash: every file of each installed distribution the resolution replaces (gpudoctor/stack_fix.py's
+2. room: what pip would fetch is weighed (gpudoctor/stack_space.py: each wheel's download size, and its
+   unpacked size where the wheel is a local file) against the free space of site-packages' file
+   system and pip's temporary folder; a change that cannot fit is refused with the numbers;
+3. stash: every file of each installed distribution the resolution replaces (gpudoctor/stack_fix.py's
    ``Stash``: hard links with SHA-256), and the list of every path under site-packages and the
-   scripts folder (what pip adds is what is not on it), written to the stash's manifest;
-3. the environment's own pip, the same command as the plan showed, under a timeout;
-4. verify in a child: each resolved distribution is installed at the resolved version, and the
+   scripts folder (what pip adds is what is not on it), written to the stash's manifest (a stash that
+   cannot be written, a full disk above all, is a refusal: nothing was changed yet);
+4. the environment's own pip, the same command as the plan showed, under a timeout;
+5. verify in a child: each resolved distribution is installed at the resolved version, and the
    top-level modules of the changed distributions import (none that imported before fails; a
    replaced distribution's own must import: that is what the replacement is for); ``gpudoctor fix``
    then runs the rules again (the finding must be gone);
-5. on any failure — pip's status (a disk full, a conflict found late), a verification that fails,
-   Ctrl-C — remove what pip added and put every stashed file back, SHA-256 checked.
+6. on any failure — pip's status (a disk full: said in words, with where and how much was free; a
+   conflict found late), a verification that fails, Ctrl-C — remove what pip added and put every
+   stashed file back, SHA-256 checked.
 
 ``run`` is gpudoctor/runner.py's ``run``, passed in by the command.
 """
@@ -33,11 +38,13 @@ import tempfile
 from urllib.parse import urlsplit
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
+from gpudoctor import stack_space
 from gpudoctor.actions import StackAction
 from gpudoctor.probes import dist_state, pip_running
 from gpudoctor.stack_fix import ALREADY, DONE, FAILED, GO, REFUSED, RESTORED, Check, Result, Stash, listing, _no_interrupts, remove_added, top_levels
 
 RESOLVE_TIMEOUT = 180.0  # the dry run: metadata only (PEP 658), a slow index is cut here
+PREVIEW_TIMEOUT = 60.0  # the same dry run for the plan's download sizes: the plan waits no longer
 PIP_TIMEOUT = 1800.0  # a CUDA torch is GBs of download
 NETWORK_TIMEOUT = "15"  # pip's own per-connection timeout for the dry run (its default is 15 s as well)
 MIN_PIP = (22, 2)  # --dry-run and --report: https://pip.pypa.io/en/stable/news/#v22-2
@@ -120,17 +127,18 @@ def check(action: StackAction, run: Callable[..., Any], allow_system: bool = Fal
     return Check(GO, "", state)
 
 
-def resolve(action: StackAction, run: Callable[..., Any]) -> Dict[str, Any]:
-    """What pip would install, without installing: ``{"install": [(name, version), …]}`` or ``{"error": why}``."""
+def resolve(action: StackAction, run: Callable[..., Any], timeout: float = RESOLVE_TIMEOUT) -> Dict[str, Any]:
+    """What pip would install, without installing: ``{"install": [(name, version), …], "items": [{name, version,
+    url}, …]}`` or ``{"error": why}``."""
     handle, report = tempfile.mkstemp(prefix="gpudoctor-pip-report-", suffix=".json")
     os.close(handle)
     try:
         argv = [action.python, "-m", "pip", "install", "--dry-run", "--report", report, "--timeout", NETWORK_TIMEOUT,
                 "--retries", "1", *action.pip_options, *action.requirements]
-        done = run(argv, timeout=RESOLVE_TIMEOUT, max_output=4 << 20)
+        done = run(argv, timeout=timeout, max_output=4 << 20)
         said = f"{done.stdout or ''}\n{done.stderr or ''}"
         if done.status == "timeout":
-            return {"error": f"pip could not resolve {' '.join(action.requirements)} within {RESOLVE_TIMEOUT:.0f} s "
+            return {"error": f"pip could not resolve {' '.join(action.requirements)} within {timeout:.0f} s "
                              "(the index is slow or unreachable): nothing was changed"}
         unreachable = _unreachable(said, action)
         if unreachable:
@@ -145,17 +153,34 @@ def resolve(action: StackAction, run: Callable[..., Any]) -> Dict[str, Any]:
                 data = json.load(stream)
         except (OSError, ValueError) as exc:
             return {"error": f"pip's resolution report could not be read ({exc}): nothing was changed"}
-        items = []
+        items, found = [], []
         for item in data.get("install") or [] if isinstance(data, dict) else []:
             meta = item.get("metadata") or {} if isinstance(item, dict) else {}
             if meta.get("name") and meta.get("version"):
                 items.append((str(meta["name"]), str(meta["version"])))
-        return {"install": items}
+                url = (item.get("download_info") or {}).get("url") if isinstance(item.get("download_info"), dict) else ""
+                found.append({"name": str(meta["name"]), "version": str(meta["version"]), "url": str(url or "")})
+        return {"install": items, "items": found}
     finally:
         try:
             os.remove(report)
         except OSError:
             pass
+
+
+def preview(action: StackAction, run: Callable[..., Any], timeout: float = PREVIEW_TIMEOUT) -> Dict[str, Any]:
+    """For the plan: what pip would download for this action, and how big it is (``--dry-run``: nothing
+    changes). ``{"items": [{name, version, url, download_bytes, unpacked_bytes}], "download_bytes", "unknown",
+    "needs_at_least_bytes"}`` (and ``"room"``: why it cannot fit on the disk, where it cannot), or ``{"error": why}``
+    when pip cannot resolve it now."""
+    resolved = resolve(action, run, timeout=timeout)
+    if "error" in resolved:
+        return {"error": str(resolved["error"])}
+    measured = stack_space.measure(resolved["items"])
+    state = dist_state.read(action.python, action.dist, run=run)
+    site = str(state.get("purelib") or state.get("location") or "")
+    room = stack_space.room_problem(site, measured) if site and "error" not in state else ""
+    return {"items": measured, **stack_space.totals(measured), **({"room": room} if room else {})}
 
 
 def _roots(state: Dict[str, Any]) -> List[str]:
@@ -172,7 +197,9 @@ def apply(action: StackAction, state: Dict[str, Any], run: Callable[..., Any], s
     changes = resolved["install"]
     if not changes:
         return Result(DONE, f"pip has nothing to change for {' '.join(action.requirements)}: already satisfied")
-    say("pip will install " + ", ".join(f"{n} {v}" for n, v in changes))
+    measured = stack_space.measure(resolved["items"])
+    say("pip will install " + stack_space.describe(measured))
+    site = str(state.get("purelib") or state.get("location"))
     replaced = []  # the installed distributions the resolution swaps out: their files are stashed
     for name, _ in changes:
         seen = dist_state.read(action.python, name, run=run)
@@ -187,14 +214,25 @@ def apply(action: StackAction, state: Dict[str, Any], run: Callable[..., Any], s
     roots = _roots(state)
     before = listing(roots)
     files = sorted({f for s in replaced for f in s.get("files") or []})
+    # the stash's manifest (every path listed, and each kept file's entry) is written on the same disk first
+    manifest = sum(len(p) + 4 for p in before) + sum(len(f) * 2 + 160 for f in files)
+    no_room = stack_space.room_problem(site, measured, manifest)
+    if no_room:
+        return Result(REFUSED, no_room)
     label = f"{action.kind} {action.dist} {action.version}".strip()
-    stash = Stash(str(state.get("purelib") or state.get("location")), files, label, listing={"roots": roots, "before": sorted(before)})
+    try:
+        stash = Stash(site, files, label, listing={"roots": roots, "before": sorted(before)})
+    except OSError as exc:  # a full disk, above all: nothing was changed yet (a half-made stash is removed)
+        return Result(REFUSED, stack_space.stash_refusal(site, files, exc))
     say(f"kept {len(stash.entries)} file(s) of {len(replaced)} distribution(s) aside in {stash.root}")
     notes: List[str] = []
+    free_before = {what: stack_space.free_bytes(path) for what, path in stack_space.where_pip_writes(site).items()}
     try:
         done = (pip_run or run)(action.argv, timeout=PIP_TIMEOUT, max_output=4 << 20)
         after_pip()
         problem = _problem(action, done, changes, run, touched, before_imports, notes)
+        if problem and (done.status != "ok" or done.returncode != 0) and stack_space.is_disk_full(f"{done.stdout or ''}\n{done.stderr or ''}"):
+            problem = stack_space.disk_full_words(site, measured, free_before)
     except BaseException as exc:  # Ctrl-C or anything else: the environment goes back as it was
         result = _put_back(stash, roots, before, f"interrupted ({type(exc).__name__}: {exc})".replace(": )", ")"))
         if isinstance(exc, KeyboardInterrupt):

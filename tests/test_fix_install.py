@@ -15,12 +15,13 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
 from test_fix_stack import base_venv, build_wheel, pip_install, python_of, record_state, site_packages, tree  # noqa: F401
 
-from gpudoctor import actions, runner, stack_fix, stack_install
+from gpudoctor import actions, runner, stack_fix, stack_install, stack_space
 from gpudoctor.probes import pip_running
 
 
@@ -145,7 +146,8 @@ def test_a_replacement_that_does_not_import_is_rolled_back_byte_identical(venv, 
 
 
 def test_pip_failing_half_way_is_undone(venv, wheels, tmp_path):
-    """pip removed ext 1.0, wrote ext 1.1, then failed (a full disk, a kill): what it added goes, what it removed comes back."""
+    """pip removed ext 1.0, wrote ext 1.1, then failed (an I/O error; a real full disk is tests/real/test_real_disk_full.py's):
+    what it added goes, what it removed comes back."""
     site = broken_env(venv, wheels, tmp_path)
     before = tree(site)
     ext(wheels, "1.1", "2.0")
@@ -155,11 +157,11 @@ def test_pip_failing_half_way_is_undone(venv, wheels, tmp_path):
         done = runner.run(argv, **kw)
         assert done.returncode == 0 and (site / "ext-1.1.dist-info").is_dir()
         (site / "ext-1.1.dist-info" / "RECORD").unlink()  # a kill before pip wrote the RECORD
-        return runner.run([argv[0], "-c", "import sys; sys.exit('ERROR: [Errno 28] No space left on device')"], **kw)
+        return runner.run([argv[0], "-c", "import sys; sys.exit('ERROR: Could not install packages due to an OSError: [Errno 5] Input/output error')"], **kw)
 
     dirs = folders(site)
     result = applied(replace_action(venv), pip_run=dying_pip)
-    assert result.status == stack_fix.RESTORED and "pip failed (ERROR: [Errno 28] No space left on device)" in result.detail
+    assert result.status == stack_fix.RESTORED and "pip failed (ERROR: Could not install packages due to an OSError: [Errno 5]" in result.detail
     assert tree(site) == before and folders(site) == dirs  # ext/ stays (it was there), nothing new is left empty
     records_ok(site)
 
@@ -276,3 +278,37 @@ def test_a_new_package_is_removed_with_its_folders_when_the_install_fails(venv, 
     result = applied(action, after_pip=interrupt)
     assert result.status == stack_fix.RESTORED and "RuntimeError: stopped after pip" in result.detail, result.detail
     assert tree(site) == before and folders(site) == dirs
+
+
+def test_the_plan_shows_what_pip_would_download_and_how_big(venv, wheels, tmp_path):
+    """`fix --format json` and the text plan: pip's dry run per action, each wheel's size (a find-links
+    file: stat'ed, its unpacked size read from its zip directory) and the total; nothing changes."""
+    import io
+
+    from gpudoctor import fix as fix_actions
+    from gpudoctor.commands import fix as fix_command
+    from gpudoctor.commands.common import IO
+
+    site = broken_env(venv, wheels, tmp_path)
+    before = tree(site)
+    new_ext, new_core = ext(wheels, "1.1", "2.0"), corelib(wheels, "2.0")
+    planned = [fix_actions.Planned(replace_action(venv), ["GD508 ext"])]
+    out = io.StringIO()
+    code = fix_command._print_plan(planned, lambda a: fix_command._verdict(fix_actions.Machine(), a), IO({}, out, io.StringIO()))
+    plan = json.loads(out.getvalue())
+    [item] = plan["plan"]
+    assert code == 1 and item["verdict"] == "go" and plan["changed"] is False
+    [got] = item["download"]["items"]  # corelib 2.0 is installed already: only ext 1.1 is fetched
+    assert (got["name"], got["version"], got["url"]) == ("ext", "1.1", new_ext.as_uri())
+    assert got["download_bytes"] == new_ext.stat().st_size
+    assert got["unpacked_bytes"] == sum(i.file_size for i in zipfile.ZipFile(new_ext).infolist())
+    assert plan["download_bytes"] == new_ext.stat().st_size and plan["download_unknown"] == 0 and new_core.exists()
+    said: list = []
+    fix_command._say_downloads([(1, replace_action(venv))], said.append)
+    assert said == ["download (pip resolves each change with --dry-run: nothing changes):",
+                    f"  1. ext 1.1 ({stack_space.human(new_ext.stat().st_size)}, {stack_space.human(got['unpacked_bytes'])} unpacked); "
+                    f"download {stack_space.human(new_ext.stat().st_size)} in total"]
+    out = io.StringIO()
+    fix_command._print_plan(planned, lambda a: fix_command._verdict(fix_actions.Machine(), a), IO({}, out, io.StringIO()), resolve=False)
+    assert "download" not in json.loads(out.getvalue())["plan"][0] and json.loads(out.getvalue())["download_bytes"] is None
+    assert tree(site) == before

@@ -5,7 +5,9 @@ leftover shm file, uninstall a distribution the GPU cannot use with the environm
 with what, why, which finding, the exact command and the safety verdict of each, ask (or take
 ``--yes``), act, then probe again. When stopping processes frees more leftovers (their shm
 files), a second round offers those. Without a terminal on stdin and without ``--yes`` it is a
-dry run; ``--format json`` prints the plan and changes nothing. Stack actions are applied by
+dry run; ``--format json`` prints the plan and changes nothing. After the plan (shown without
+the network), each replace/install is resolved by pip with ``--dry-run`` and what it would
+download is listed with its size where known, and the total (``--no-resolve``: not asked). Stack actions are applied by
 gpudoctor/stack_fix.py: files kept aside, pip, verified in a child, put back on any failure.
 Exit 0 when nothing is left to do, 1 when something was refused, failed or is still pending
 (a dry run with actions), 2 on usage errors.
@@ -30,6 +32,8 @@ def configure(parser) -> None:
     parser.add_argument("--grace", type=float, default=10.0, metavar="S", help="seconds between SIGTERM and SIGKILL (default 10)")
     parser.add_argument("--select", action="append", metavar="IDS", help="only the actions of these rules (IDs, prefixes, names or areas)")
     parser.add_argument("--ignore", action="append", metavar="IDS", help="skip the actions of these rules")
+    parser.add_argument("--no-resolve", action="store_true",
+                        help="plan without asking pip what it would download (no network; no download sizes in the plan)")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="json: print the plan (each action: what, why, which finding, the exact command, its verdict) and change nothing")
 
@@ -66,7 +70,7 @@ def run(args, io: IO) -> int:
     result, planned = check()
     stale = _leftovers(result.snapshot)
     if args.format == "json":
-        return _print_plan(planned, verdict, io, stale)
+        return _print_plan(planned, verdict, io, stale, resolve=not args.no_resolve)
     if stale:
         trouble = _offer_leftovers(stale, args, interactive, io, say)
         if not trouble:
@@ -94,6 +98,8 @@ def run(args, io: IO) -> int:
                     say(f"     index: {item.action.index_note}")
             if not seen.go:
                 say(f"     {'skip' if seen.status == actions.ALREADY else 'will not'}: {seen.reason}")
+        if not args.no_resolve:
+            _say_downloads([(n, item.action) for n, (item, seen) in enumerate(zip(todo, verdicts), 1) if seen.go], say)
         doable = [item.action for item, seen in zip(todo, verdicts) if seen.go]
         refused = [v for v in verdicts if v.status == actions.REFUSED]
         trouble = trouble or bool(refused)
@@ -225,17 +231,59 @@ def _offer_leftovers(stale, args, interactive: bool, io: IO, say) -> bool:
     return trouble
 
 
-def _print_plan(planned, verdict, io: IO, stale=()) -> int:
+def _downloads(action):
+    """pip's dry run of a replace / install for the plan: what it would download, and how big (None: no download)."""
+    if not isinstance(action, StackAction) or action.kind == "uninstall":
+        return None
+    from gpudoctor import runner, stack_install
+
+    return stack_install.preview(action, runner.run)
+
+
+def _say_downloads(numbered, say) -> None:
+    """After the plan (shown first, without the network): each change's download as pip resolves it, and the total."""
+    from gpudoctor import stack_space
+
+    seen = [(number, _downloads(action)) for number, action in numbered if _downloads_wanted(action)]
+    if not seen:
+        return
+    say("download (pip resolves each change with --dry-run: nothing changes):")
+    total, unknown = 0, 0
+    for number, preview in seen:
+        if "error" in preview:
+            say(f"  {number}. unknown: {preview['error']}")
+            unknown += 1
+            continue
+        say(f"  {number}. {stack_space.describe(preview['items'])}")
+        if preview.get("room"):
+            say(f"     will not fit: {preview['room']}")
+        total, unknown = total + preview["download_bytes"], unknown + preview["unknown"]
+    if len(seen) > 1:
+        say(f"  in total: {stack_space.human(total)}" + (f" ({unknown} size(s) unknown)" if unknown else ""))
+
+
+def _downloads_wanted(action) -> bool:
+    return isinstance(action, StackAction) and action.kind != "uninstall"
+
+
+def _print_plan(planned, verdict, io: IO, stale=(), resolve: bool = True) -> int:
     import json
 
     from gpudoctor.redact import redact
 
     items = []
+    total, unknown = 0, 0
     for item in planned:
         seen = verdict(item.action)
-        items.append({**item.action.to_json(), "findings": list(item.rules), "verdict": seen.status, "reason": seen.reason})
+        entry = {**item.action.to_json(), "findings": list(item.rules), "verdict": seen.status, "reason": seen.reason}
+        if resolve and seen.go and _downloads_wanted(item.action):
+            entry["download"] = _downloads(item.action)
+            total += entry["download"].get("download_bytes", 0)
+            unknown += entry["download"].get("unknown", 0) + ("error" in entry["download"])
+        items.append(entry)
     left = [{"stash": s.root, "label": s.label, "files": len(s.entries)} for s in stale]
-    io.stdout.write(redact(json.dumps({"plan": items, "leftover_stashes": left, "changed": False}, indent=2)) + "\n")
+    sizes = {"download_bytes": total, "download_unknown": unknown} if resolve else {"download_bytes": None}
+    io.stdout.write(redact(json.dumps({"plan": items, "leftover_stashes": left, "changed": False, **sizes}, indent=2)) + "\n")
     return ExitCode.FINDINGS if left or any(i["verdict"] != "already" for i in items) else ExitCode.OK
 
 

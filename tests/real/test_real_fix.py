@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List
@@ -276,11 +277,18 @@ def test_an_engine_pin_is_aligned_and_a_missing_requirement_installed(tmp_path):
             [item] = plan(broken, "GD503", tmp_path)
             assert (item["kind"], item["requirements"], item["verdict"]) == ("install", ["lark==1.2.2"], "go"), item
             assert item["command"] == before[0]["fix"]["commands"][0] == f"{broken} -m pip install lark==1.2.2"
+            # the plan's download size is the size of the very wheel pip fetches (a HEAD to PyPI's files host, or a stat)
+            [fetched] = item["download"]["items"]
+            assert (fetched["name"], fetched["version"]) == ("lark", "1.2.2") and fetched["url"].endswith("/lark-1.2.2-py3-none-any.whl")
+            assert fetched["download_bytes"] == realenv.wheel("lark", "1.2.2").stat().st_size == 111036, fetched
+            with zipfile.ZipFile(realenv.wheel("lark", "1.2.2")) as whole:  # its directory read with Range requests, or the file
+                assert fetched["unpacked_bytes"] == sum(i.file_size for i in whole.infolist()) == 350066, fetched
             import_before = import_test(broken, LARK)
             started = time.monotonic()
             done = gpudoctor("fix", "--python", str(broken), "--select", "GD503", "--yes", tmp_path=tmp_path)
             took = time.monotonic() - started
             assert "done: install lark==1.2.2" in done.stdout and "re-check: clean" in done.stdout and done.returncode == 0, done.stdout
+            assert "  1. lark 1.2.2 (108.4 KiB, 341.9 KiB unpacked); download 108.4 KiB in total" in done.stdout, done.stdout
             code_after, after = findings(broken, "GD503", tmp_path, "--fail-on", "warning")
             import_after = import_test(broken, LARK)
             assert code_after == 0 and after == [] and import_after == "ok: 1.2.2"
