@@ -6,8 +6,8 @@ SGLang 0.5.17's server_args imports torchvision, so its parser cannot run on the
 the H200's Python has the torch and torchvision it pins. This puts together the rest, from the
 release's closure as pip resolves it (tests/realenv.py's parser venv):
 
-1. Which distributions the import of ``sglang.srt.server_args`` and ``ServerArgs.add_cli_args``
-   touch, found in the CPU parser venv with torchvision stood in for by empty modules (a tool for
+1. Which distributions the import of ``sglang.srt.server_args``, ``ServerArgs.add_cli_args`` and
+   SGLang's metrics collectors (scripts/device/sglang_metrics.py) touch, found in the CPU parser venv with torchvision stood in for by empty modules (a tool for
    this list only: the oracle on the H200 runs the real torchvision).
 2. Of those: the pure-Python ones the H200 lacks or has in another version, copied from the venv;
    the compiled ones it lacks, as cp312 wheels from PyPI (same versions; static archives left out);
@@ -63,6 +63,14 @@ iu.is_torchvision_available = lambda: True
 from sglang.srt.server_args import ServerArgs
 import argparse
 ServerArgs.add_cli_args(argparse.ArgumentParser())
+import importlib, prometheus_client
+for name in ("sglang.srt.observability.metrics_collector", "sglang.srt.metrics.collector"):  # scripts/device/sglang_metrics.py
+    try:
+        importlib.import_module(name)
+        break
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("sglang."):
+            raise
 tops = {m.split('.')[0] for m in sys.modules}
 found = md.packages_distributions()
 print(json.dumps(sorted({d for t in tops for d in found.get(t, [])})))

@@ -34,7 +34,10 @@ def server_figures(measured: Dict[str, Any], before: Optional[Dict[str, Any]], a
     histograms moved by around it, next to ours on the same definition: decode time is the
     first-to-last-token span over the tokens after the first — our first-to-last chunk.
     Stored as ``server_metrics``; it is the comparison when the responses carry no timings."""
-    delta = prom.timing_delta((before or {}).get("timing"), (after or {}).get("timing"))
+    then, now = (before or {}).get("timing"), (after or {}).get("timing")
+    if then is None and now and before and "error" not in before:
+        then = {"scheme": now["scheme"]}  # scraped, with no series yet: SGLang makes its labelled series at the first request
+    delta = prom.timing_delta(then, now)
     if not delta or not delta.get("requests"):
         return
     if delta["requests"] != 1:
