@@ -1,4 +1,5 @@
 """GD323: PCIe Access Control Services redirecting peer-to-peer traffic between GPUs that use PCIe P2P.
+GD324: a GPU with no active RDMA NIC near enough for NCCL's GPUDirect RDMA (probes/nic_affinity.py).
 
 Area "gpu". Judges probes/pci_path.py's facts (gpu.N.pci_path: the bridges above each GPU with
 their ACS control bits, and the IOMMU group type; host.iommu) for the GPU pairs of the planned
@@ -13,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from gpudoctor.rule import WARNING, Fail, Fix, NotApplicable, Unknown, rule
 
-from .fabric import _pair, _planned_group
+from .fabric import _active_rdma, _pair, _planned_group
 from .fabric_deep import p2p_write_verify_failed
 
 REDIRECTING = ("ReqRedir", "CmpltRedir")
@@ -98,4 +99,76 @@ def pcie_acs_redirects_p2p(snap):
         [f"gpu.{i}.pci_path" for i in sorted({g for pair in over_pcie for g in pair})] + ["host.iommu"],
         Fix("Turn ACS redirection off on those bridges (until reboot; the BIOS for good), IOMMU in pass-through.",
             commands, safety="needs_root"),
+    )
+
+
+NCCL_GDR_DEFAULT = "PXB"  # src/graph/paths.cc, ncclTopoCheckGdr: netGdrLevel = PATH_PXB
+_NCCL_RANK = {"LOC": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 3, "SYS": 4, "NODE|SYS": 4}  # nvidia-smi's NODE is NCCL's PHB
+
+
+@rule("GD324", "gpu-far-from-rdma-nic", severity=WARNING, area="gpu", requires=("gpu.count",))
+def gpu_far_from_rdma_nic(snap):
+    """A GPU with no RDMA NIC near enough for GPUDirect RDMA: its inter-node traffic goes through host memory.
+
+    ## Why
+    NCCL lets a NIC read and write a GPU's memory directly (GPUDirect RDMA) only when the PCIe
+    path between them is no longer than NCCL_NET_GDR_LEVEL, PXB by default: under the same PCIe
+    switches. A GPU whose nearest active NIC is behind the CPU's host bridge (PHB, NODE) or on the
+    other CPU socket (SYS) has every inter-node transfer copied through host memory first
+    (NCCL's INFO log: "GPU Direct RDMA Disabled for GPU … (distance N > M)"): multi-node tensor
+    or pipeline parallelism and disaggregated prefill/decode transfers run well below the
+    fabric's bandwidth. Raising NCCL_NET_GDR_LEVEL to SYS turns GDR on across the sockets, which
+    is usually slower still; the fix is the NIC next to the GPU.
+
+    ## Fix
+    Use the NIC next to each GPU (each rank's GPU and NIC on one PCIe switch: `nvidia-smi topo -m`
+    shows PIX or PXB in the NIC's column), or put a NIC in a slot under the GPUs' switches.
+    Confirm with NCCL_DEBUG=INFO that the inter-node channels say GDRDMA.
+
+    ## References
+    - NCCL's GDR distance check, ``ncclTopoCheckGdr`` (default PATH_PXB):
+      https://github.com/NVIDIA/nccl/blob/master/src/graph/paths.cc
+    - NCCL_NET_GDR_LEVEL: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-net-gdr-level-formerly-nccl-ib-gdr-level
+    - The levels, as `nvidia-smi topo -m` prints them (X, PIX, PXB, PHB, NODE, SYS):
+      https://docs.nvidia.com/deploy/nvidia-smi/index.html
+    """
+    active = _active_rdma(snap.value("rdma.devices"))
+    if not snap.get("rdma.devices").ok:
+        return Unknown(f"needs rdma.devices: {snap.get('rdma.devices').describe()}")
+    if not active:
+        return NotApplicable("no active InfiniBand/RoCE port: no GPUDirect RDMA to lose")
+    affinity = snap.get("rdma.gpu_affinity")
+    if not affinity.ok or not isinstance(affinity.value, dict):
+        return Unknown(f"needs rdma.gpu_affinity (which NIC is near which GPU): {affinity.describe()}")
+    env = snap.value("env") or {}
+    limit = str(env.get("NCCL_NET_GDR_LEVEL") or NCCL_GDR_DEFAULT).strip().upper() if isinstance(env, dict) else NCCL_GDR_DEFAULT
+    if limit not in _NCCL_RANK:
+        return Unknown(f"NCCL_NET_GDR_LEVEL={limit!r}: not a level gpudoctor reads (LOC, PIX, PXB, PHB, SYS)")
+    ports = {name.split("/")[0] for name in active}
+    group, what = _planned_group(snap)
+    gpus = affinity.value.get("gpus") or {}
+    far = []
+    for index in group:
+        entry = gpus.get(str(index))
+        if not isinstance(entry, dict):
+            continue
+        levels = {nic: lvl for nic, lvl in (entry.get("levels") or {}).items() if nic in ports}
+        if not levels:
+            continue
+        best = min(levels.values(), key=lambda lvl: _NCCL_RANK.get(lvl, 4))
+        if _NCCL_RANK.get(best, 4) > _NCCL_RANK[limit]:
+            nearest = sorted(nic for nic, lvl in levels.items() if lvl == best)
+            far.append(f"GPU {index} (nearest active NIC {', '.join(nearest)}: {best})")
+    if not far:
+        return None
+    said = "its default" if "NCCL_NET_GDR_LEVEL" not in env else "NCCL_NET_GDR_LEVEL"
+    return Fail(
+        f"{len(far)} of {what} have no active RDMA NIC within {limit} ({said}), so NCCL turns GPUDirect RDMA off "
+        f"for them and stages their inter-node traffic through host memory: {'; '.join(far)}",
+        ["rdma.gpu_affinity", "rdma.devices"] + (["env"] if said != "its default" else []),
+        Fix("Give each rank the NIC on its GPU's PCIe switch (PIX/PXB in `nvidia-smi topo -m`), or move a NIC under "
+            "those GPUs' switches; NCCL_NET_GDR_LEVEL=SYS forces GDR across the sockets, usually slower still.",
+            ["nvidia-smi topo -m   # the NIC columns: PIX or PXB next to each GPU that sends across nodes",
+             "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET <your launch> 2>&1 | grep -E 'GPU Direct RDMA|GDRDMA'"],
+            safety="read_only"),
     )

@@ -238,3 +238,19 @@ def test_several_filters_for_one_rule_are_each_enough():
     wanted = explain.finding_filters(["GD508:cannot open shared object", r"GD508:\+cpu is installed where \S+ requires torch"])
     assert wanted["GD508"].search('_torchaudio.so needs libc10_cuda.so: "libc10_cuda.so: cannot open shared object file"')
     assert wanted["GD508"].search("torch 2.13.0+cpu is installed where vllm requires torch==2.14.0")
+
+
+def test_gdr_disabled_by_distance_is_confirmed_where_a_gpu_has_no_near_nic(tmp_path):
+    """NCCL's "GPU Direct RDMA Disabled for GPU … (distance N > M)" line, confirmed by GD324 on four GPUs with
+    one NIC on the first socket's switch (the sysfs tree of tests/cases/fabric_pcie.py), not on a machine with a
+    NIC next to every GPU."""
+    from cases.fabric_pcie import rdma
+
+    text = corpus_text("gdr-distance-nccl-1151")
+    [match] = [m for m in diagnose(text).matches if m.signature.role == explain.CAUSE]
+    assert match.signature.id == "SIG-nccl-gdr-disabled-distance" and match.details["distance"] == "7"
+    far = Snapshot.from_json(rdma({"mlx5_0": "0"})(tmp_path / "far"))
+    result = explain.confirm(match.signature, far, details=match.details, line=match.text)
+    assert result.verdict == explain.CONFIRMED and [c.rule for c in result.checks if c.kind == explain.CONFIRMED] == ["GD324"]
+    near = Snapshot.from_json(rdma({"mlx5_0": "0", "mlx5_1": "1"})(tmp_path / "near"))
+    assert explain.confirm(match.signature, near, details=match.details, line=match.text).verdict == explain.NOT_CONFIRMED

@@ -204,6 +204,53 @@ FABRIC = (
         "confirm_rules": [_gd312(APPLICATION)],
         "facts": ["gpu.*.name", "node.xid"],
     },
+    {
+        "id": "SIG-nccl-gdr-disabled-distance",
+        "key": "nccl_gdr_nic_too_far",
+        "title": "NCCL: GPUDirect RDMA off for a GPU, its NIC too far away on PCIe (distance N > M)",
+        "patterns": [
+            r"GPU Direct RDMA Disabled for GPU (?P<gpu_bus>[0-9a-fA-F]+) / HCA (?P<hca>\d+) \(distance (?P<distance>\d+) > (?P<limit>\d+)\)",
+        ],
+        "cause": (
+            "NCCL uses GPUDirect RDMA between a GPU and a NIC only when the PCIe path between them is no longer than "
+            "NCCL_NET_GDR_LEVEL (PXB by default: under the same PCIe switches). This GPU's NIC is behind the CPU's host "
+            "bridge or on the other socket, so its inter-node traffic is copied through host memory: slower "
+            "multi-node tensor/pipeline parallelism and KV transfers."
+        ),
+        "fix": (
+            "Give each rank the NIC on its GPU's PCIe switch (nvidia-smi topo -m: PIX or PXB in that NIC's column), or "
+            "put a NIC in a slot under those GPUs; NCCL_NET_GDR_LEVEL=SYS forces GDR anyway, usually no faster."
+        ),
+        "commands": ["nvidia-smi topo -m", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET <launch> 2>&1 | grep -E 'GPU Direct RDMA|GDRDMA'"],
+        "thread_fixes": [
+            {"fix": "maintainer: NCCL_NET_GDR_LEVEL=SYS forces it, but GDR matters when GPU and NIC share a PCI switch",
+             "url": "https://github.com/NVIDIA/nccl/issues/1151"},
+        ],
+        "sources": ["NVIDIA/nccl#1151", "NVIDIA/DeepLearningExamples#383", "https://github.com/NVIDIA/nccl/blob/master/src/graph/paths.cc"],
+        "confirm_rules": ["GD324"],
+        "facts": ["rdma.gpu_affinity", "rdma.devices", "env"],
+    },
+    {
+        "id": "SIG-nccl-gdr-disabled-hca",
+        "key": "nccl_gdr_no_peer_memory",
+        "title": "NCCL: GPUDirect RDMA off for a NIC (no peer-memory support: nvidia-peermem or DMA-BUF)",
+        "patterns": [r"GPU Direct RDMA Disabled for HCA (?P<hca>\d+) '(?P<hca_name>[^']+)'"],
+        "cause": (
+            "The NIC cannot read or write GPU memory: NCCL found neither the nvidia-peermem kernel module's peer-memory "
+            "registration nor DMA-BUF support for it, so every transfer through this NIC is staged in host memory."
+        ),
+        "fix": (
+            "Load nvidia-peermem (built against the installed MLNX_OFED: reinstall the driver after OFED), or use a "
+            "kernel, driver and NCCL with DMA-BUF (NCCL_DMABUF_ENABLE=1, open kernel modules); then NCCL's INFO log "
+            "says GDRDMA on the inter-node channels."
+        ),
+        "commands": ["lsmod | grep -E 'nvidia_peermem|ib_core'", "ls /sys/kernel/mm/memory_peers/ 2>/dev/null",
+                     "sudo modprobe nvidia-peermem"],
+        "sources": ["NVIDIA/nccl#1537", "NVIDIA/nccl#1939"],
+        "cannot_check": "whether nvidia-peermem is registered with the RDMA stack is not read by gpudoctor yet",
+        "confirm_rules": [],
+        "facts": ["rdma.devices", "env"],
+    },
     # --- symptoms ---
     {
         "id": "SIG-nccl-unhandled-cuda-error",

@@ -38,9 +38,10 @@ def collect(ctx) -> Dict[str, Fact]:
             facts.update(nvidia_smi.collect(ctx))
         facts.setdefault("driver.library_path", find_library(ctx))
     if ctx.live:
-        from gpudoctor.probes import pci_path
+        from gpudoctor.probes import nic_affinity, pci_path
 
         facts.update(pci_path.collect(ctx, facts))  # sysfs only: the bridges above each GPU, the IOMMU
+        facts.update(nic_affinity.collect(ctx, facts))  # sysfs only: the PCIe path from each GPU to each RDMA NIC
     return facts
 
 

@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Dict, List
 
-from cases import Case, merge, put
-from cases.fabric import h200, x2
-from gpudoctor.probes import Context, pci_path
+from cases import Case, env, merge, put
+from cases.fabric import h200, x2, x4
+from gpudoctor.probes import Context, nic_affinity, node, pci_path
 from gpudoctor.snapshot import ok
 
 DUMPS = Path(__file__).resolve().parent.parent / "fixtures" / "pci"
@@ -74,6 +74,58 @@ def broken_copy(data) -> None:
                                "torch + NCCL in a child (--deep)")})(data)
 
 
+# GD324: four GPUs, two per CPU socket, each pair under its socket's PCIe switch (root port -> upstream
+# port -> a downstream port per device), and RDMA NICs placed on a socket's switch or its own root port.
+SOCKETS = ((0, "00", "01", "02", "03"), (1, "80", "81", "82", "83"))  # numa node, host bus, switch buses
+GPU_BUS = {0: "0000:00:06.0", 1: "0000:00:07.0", 2: "0000:80:06.0", 3: "0000:80:07.0"}  # x4's recorded and added GPUs
+
+
+def rdma_tree(tmp: Path, nics: Dict[str, str], state: str = "4: ACTIVE", numa: bool = True) -> Path:
+    """nics: {name: "0" (on socket 0's switch) | "1" | "0-root" (its own root port on socket 0)}."""
+    root = tmp / "rdma-root"
+    bus = root / "sys" / "bus" / "pci" / "devices"
+    bus.mkdir(parents=True)
+
+    def device(path: Path, node_id: int) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        if numa:
+            (path / "numa_node").write_text(f"{node_id}\n")
+        if not (bus / path.name).exists():
+            os.symlink(os.path.relpath(path, bus), bus / path.name)
+
+    for node_id, host, up, down, below in SOCKETS:
+        switch = root / "sys" / "devices" / f"pci0000:{host}" / f"0000:{host}:01.0" / f"0000:{up}:00.0"
+        for slot, gpu in enumerate(g for g in GPU_BUS if g // 2 == node_id):
+            device(switch / f"0000:{down}:0{slot}.0" / GPU_BUS[gpu], node_id)
+        for name, where in nics.items():
+            if where == str(node_id):
+                path = switch / f"0000:{down}:1f.0" / f"0000:{below}:00.{sorted(nics).index(name)}"
+            elif where == f"{node_id}-root":
+                path = root / "sys" / "devices" / f"pci0000:{host}" / f"0000:{host}:03.0" / f"0000:{below}:10.0"
+            else:
+                continue
+            device(path, node_id)
+            ports = root / "sys" / "class" / "infiniband" / name / "ports" / "1"
+            ports.mkdir(parents=True)
+            for key, value in (("state", state), ("link_layer", "InfiniBand"), ("rate", "400 Gb/sec (4X NDR)")):
+                (ports / key).write_text(value + "\n")
+            os.symlink(os.path.relpath(path, ports.parent.parent), ports.parent.parent / "device")
+    return root
+
+
+def rdma(nics: Dict[str, str], *edits, state: str = "4: ACTIVE", numa: bool = True):
+    def make(tmp: Path):
+        data = x4()(tmp)
+        ctx = Context(root=str(rdma_tree(tmp, nics, state, numa)), environ={})
+        facts = {"gpu.count": ok(4, "nvml"), **{f"gpu.{i}.pci_bus_id": ok("0000" + bdf, "nvml") for i, bdf in GPU_BUS.items()}}
+        merge({"rdma.devices": node.rdma(ctx), **nic_affinity.collect(ctx, facts)})(data)
+        for edit in edits:
+            edit(data)
+        return data
+
+    return make
+
+
 CASES: List[Case] = [
     Case("nvlink-pair-recorded", "GD323", x2(), "not_applicable", message=("no pair",)),
     Case("one-gpu", "GD323", h200(), "not_applicable", message=("1 GPU",)),
@@ -89,4 +141,20 @@ CASES: List[Case] = [
     Case("registers-need-root", "GD323", pcie({DOWN0: SHORT, DOWN1: SHORT}), "unknown", message=("need root",)),
     Case("deep-found-it-broken", "GD323", pcie({DOWN1: ON}, "DMA-FQ", broken_copy), "not_applicable", message=("GD318",)),
     Case("no-sysfs", "GD323", x2(PCIE_PAIR), "unknown", message=("gpu.0.pci_path",)),
+    Case("no-rdma-nic-recorded", "GD324", x2(), "not_applicable", message=("no active InfiniBand",)),
+    Case("a-nic-on-each-sockets-switch", "GD324", rdma({"mlx5_0": "0", "mlx5_1": "1"}), "pass"),
+    Case(
+        "one-nic-on-the-other-socket", "GD324", rdma({"mlx5_0": "0"}), "fail", "warning",
+        ("2 of the 4 visible GPU(s) have no active RDMA NIC within PXB (its default)",
+         "GPU 2 (nearest active NIC mlx5_0: SYS); GPU 3 (nearest active NIC mlx5_0: SYS)"),
+        ("rdma.gpu_affinity", "rdma.devices"), commands=("nvidia-smi topo -m",),
+    ),
+    Case("one-nic-on-its-own-root-port", "GD324", rdma({"mlx5_0": "0-root", "mlx5_1": "1"}), "fail", "warning",
+         ("GPU 0 (nearest active NIC mlx5_0: PHB); GPU 1 (nearest active NIC mlx5_0: PHB)",)),
+    Case("gdr-level-raised-to-sys", "GD324", rdma({"mlx5_0": "0"}, env(NCCL_NET_GDR_LEVEL="SYS")), "pass"),
+    Case("gdr-level-a-number", "GD324", rdma({"mlx5_0": "0"}, env(NCCL_NET_GDR_LEVEL="5")), "unknown", message=("'5'",)),
+    Case("no-numa-node-known", "GD324", rdma({"mlx5_0": "0"}, numa=False), "fail", "warning", ("mlx5_0: NODE|SYS",)),
+    Case("ports-down", "GD324", rdma({"mlx5_0": "0"}, state="1: DOWN"), "not_applicable", message=("no active",)),
+    Case("affinity-not-read", "GD324", rdma({"mlx5_0": "0"}, put("rdma.gpu_affinity", None, "absent", "no sysfs")), "unknown",
+         message=("rdma.gpu_affinity",)),
 ]
