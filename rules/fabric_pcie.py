@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from gpudoctor.rule import WARNING, Fail, Fix, NotApplicable, Unknown, rule
 
-from .fabric import _active_rdma, _pair, _planned_group
+from .fabric import _active_rdma, _not_read, _pair, _planned_group
 from .fabric_deep import p2p_write_verify_failed
 
 REDIRECTING = ("ReqRedir", "CmpltRedir")
@@ -132,14 +132,14 @@ def gpu_far_from_rdma_nic(snap):
     - The levels, as `nvidia-smi topo -m` prints them (X, PIX, PXB, PHB, NODE, SYS):
       https://docs.nvidia.com/deploy/nvidia-smi/index.html
     """
-    active = _active_rdma(snap.value("rdma.devices"))
     if not snap.get("rdma.devices").ok:
-        return Unknown(f"needs rdma.devices: {snap.get('rdma.devices').describe()}")
+        return _not_read(snap, "rdma.devices")
+    active = _active_rdma(snap.value("rdma.devices"))
     if not active:
         return NotApplicable("no active InfiniBand/RoCE port: no GPUDirect RDMA to lose")
     affinity = snap.get("rdma.gpu_affinity")
     if not affinity.ok or not isinstance(affinity.value, dict):
-        return Unknown(f"needs rdma.gpu_affinity (which NIC is near which GPU): {affinity.describe()}")
+        return _not_read(snap, "rdma.gpu_affinity")
     env = snap.value("env") or {}
     limit = str(env.get("NCCL_NET_GDR_LEVEL") or NCCL_GDR_DEFAULT).strip().upper() if isinstance(env, dict) else NCCL_GDR_DEFAULT
     if limit not in _NCCL_RANK:

@@ -155,6 +155,8 @@ CASES: List[Case] = [
     Case("gdr-level-a-number", "GD324", rdma({"mlx5_0": "0"}, env(NCCL_NET_GDR_LEVEL="5")), "unknown", message=("'5'",)),
     Case("no-numa-node-known", "GD324", rdma({"mlx5_0": "0"}, numa=False), "fail", "warning", ("mlx5_0: NODE|SYS",)),
     Case("ports-down", "GD324", rdma({"mlx5_0": "0"}, state="1: DOWN"), "not_applicable", message=("no active",)),
-    Case("affinity-not-read", "GD324", rdma({"mlx5_0": "0"}, put("rdma.gpu_affinity", None, "absent", "no sysfs")), "unknown",
-         message=("rdma.gpu_affinity",)),
+    Case("affinity-not-in-this-snapshot", "GD324", rdma({"mlx5_0": "0"}, put("rdma.gpu_affinity", None, "absent", "an older snapshot")),
+         "not_applicable", message=("rdma.gpu_affinity was not read here",)),
+    Case("affinity-refused", "GD324", rdma({"mlx5_0": "0"}, put("rdma.gpu_affinity", None, "no_permission", "sysfs hidden")), "unknown",
+         message=("needs rdma.gpu_affinity",)),
 ]
