@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.probes import fatbin, pyenv_collect, pystack
+from gpudoctor.probes import child, fatbin, pyenv_collect, pystack
 
 from fakes.site_packages import (COMPRESSED, FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages, capture_section,
                                   make_venv, venv_site)
@@ -331,7 +331,7 @@ def test_a_program_too_long_for_argv_goes_to_the_childs_stdin_not_to_a_file(monk
 
     python = make_venv(tmp_path / "venv")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
-    assert len(pystack.bootstrap({})) > pystack.ARG_MAX
+    assert len(pystack.bootstrap({})) > child.ARG_MAX
     facts = pystack.collect_other(str(python), dict(os.environ, PYTHONPATH=""), timeout=60)
     assert facts["python.executable"].value == str(python) and facts["kernels.scan"].ok
     assert not (tmp_path / "no-such-dir").exists()

@@ -25,10 +25,10 @@ import re
 import sys
 from typing import Any, Dict, List
 
-from gpudoctor import bounded, runner
+from gpudoctor import bounded
+from gpudoctor.probes import child
 from gpudoctor.snapshot import ABSENT, ERROR, NOT_SUPPORTED, TIMEOUT, Fact, missing, ok
 
-CHILD_SHARE = 0.8
 CHILD_MAX_S = 120.0
 
 # Runs in the environment's interpreter under -I. argv: PYTHONPATH. Python 3.8-compatible.
@@ -103,9 +103,8 @@ def collect(ctx) -> Dict[str, Fact]:
     if not ctx.live and not getattr(ctx, "python", None):
         return _not_run("not run: --root is not this machine")
     python = getattr(ctx, "python", None) or sys.executable
-    limit = min(max(ctx.timeout * CHILD_SHARE, 1.0), CHILD_MAX_S)
-    done = runner.run([python, "-I", "-c", PROGRAM, ctx.environ.get("PYTHONPATH", "")], timeout=limit, env=ctx.environ,
-                      deadline=getattr(ctx, "deadline", None))
+    limit = child.limit(ctx.timeout, 1.0, CHILD_MAX_S)
+    done = child.run(python, PROGRAM, [child.pythonpath(ctx.environ)], ctx.environ, limit, getattr(ctx, "deadline", None))
     source = f"{python} -I (--deep)"
     if done.status == "timeout":
         return _not_run(f"{python} did not finish importing within {limit:g} s", TIMEOUT)

@@ -29,14 +29,13 @@ import re
 import sys
 from typing import Any, Dict, List, Optional
 
-from gpudoctor import runner
+from gpudoctor.probes import child
 from gpudoctor.knowledge.gpus import gpus_to_judge, kernel_support
 from gpudoctor.snapshot import ABSENT, ERROR, TIMEOUT, Fact, missing, ok
 
 MAX_LOADS = 8
 MAX_ERROR = 1000  # characters of one loader message kept
 MAX_OUTPUT = 256 << 10
-CHILD_SHARE = 0.8
 CHILD_MAX_S = 60.0
 FACT = "kernels.load_check"
 
@@ -159,9 +158,9 @@ def load(snapshot, ctx) -> Dict[str, Fact]:
     torch: Optional[Dict[str, Any]] = None
     status, detail = "ok", ""
     if paths:
-        limit = min(max(ctx.timeout * CHILD_SHARE, 1.0), CHILD_MAX_S)
-        done = runner.run([python, "-I", "-c", PROGRAM, json.dumps(paths), ctx.environ.get("PYTHONPATH", "")],
-                          timeout=limit, env=ctx.environ, max_output=MAX_OUTPUT, deadline=getattr(ctx, "deadline", None))
+        limit = child.limit(ctx.timeout, 1.0, CHILD_MAX_S)
+        done = child.run(python, PROGRAM, [json.dumps(paths), child.pythonpath(ctx.environ)], ctx.environ, limit,
+                         getattr(ctx, "deadline", None), MAX_OUTPUT)
         started = None
         for line in done.stdout.splitlines():
             try:

@@ -2,8 +2,7 @@
 whether those libraries define the symbol versions it needs.
 
 Standard library only and Python 3.8-compatible: probes/torch_links.py calls it, in the doctor's
-process or inside the interpreter named by ``--python`` (pystack's bootstrap loads this file as
-``gpudoctor_dynamic_loader``).
+process or inside the interpreter named by ``--python`` (pystack's bootstrap serves it as ``gpudoctor.probes.dynamic_loader``).
 
 Where (``Loader``): ld.so(8)'s search order — ``DT_RPATH`` (when there is no ``DT_RUNPATH``),
 ``LD_LIBRARY_PATH``, ``DT_RUNPATH`` (``$ORIGIN`` expanded), ``/etc/ld.so.cache``, the default
@@ -25,12 +24,9 @@ chain of Elf64_Verneed, one per library, each with a chain of Elf64_Vernaux, one
 import os
 import re
 import struct
-import sys
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
+from gpudoctor.probes import pyenv as _pyenv
 
 DEFAULT_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
                 "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")

@@ -1,8 +1,8 @@
 """flash-attn inventory, read from package metadata and files (never imported).
 
 Standard library only and Python 3.8-compatible: like pyenv.py this runs in the doctor's
-process or inside the interpreter named by ``--python`` (pystack's bootstrap loads it as
-``gpudoctor_flash_attn``). pyenv_collect.collect_plain calls ``collect_plain(ctx)`` with what it has
+process or inside the interpreter named by ``--python`` (pystack's bootstrap serves it as ``gpudoctor.probes.flash_attn``).
+pyenv_collect.collect_plain calls ``collect_plain(ctx)`` with what it has
 already read (the search path, the first install of each distribution, editable mappings,
 the torch facts), so nothing is scanned twice.
 
@@ -40,6 +40,8 @@ import struct
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from gpudoctor.probes import pyenv as _pyenv
+
 # Normalized distribution name -> variant.
 VARIANTS = (
     ("flash-attn", "fa2"),
@@ -68,11 +70,6 @@ MAX_HASHED_BYTES = 64 << 20
 MAX_DYN = 64 << 20
 SHOWN = 8
 
-# Shared helpers from pyenv.py. Inside --python's child the bootstrap (probes/pystack.py)
-# has loaded it as "gpudoctor_pyenv"; gpudoctor itself may not be importable there.
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
 fact = _pyenv.fact
 normalize = _pyenv.normalize
 

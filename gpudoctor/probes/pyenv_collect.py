@@ -2,9 +2,9 @@
 the kernel scan in a thread, the extra collectors, torch's link check) and ``main``, the program
 of ``--python``'s child (the facts as JSON on stdout).
 
-Standard library only and Python 3.8-compatible, like pyenv.py: inside the child the bootstrap
-(probes/pystack.py) loads it as ``gpudoctor_pyenv_collect`` after its siblings, which it takes
-from there (``pyenv.sibling``).
+Standard library only and Python 3.8-compatible, like pyenv.py (the constraints: probes/pystack.py).
+What ``collect_plain`` gives is declared in pystack.py (FACTS, FACTS_WHEN_FOUND): the child's
+failure path gives each of them the reason it failed, and a test holds the list to what a child gives.
 """
 
 from __future__ import annotations
@@ -13,22 +13,12 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
-# pyenv.py: the bootstrap's copy inside --python's child, else the package's, else the file beside
-# this one (run on its own); every other sibling through its ``sibling``.
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    try:
-        from gpudoctor.probes import pyenv as _pyenv
-    except ImportError:
-        import importlib.util
+from gpudoctor.probes import kernel_scan as _kernel_scan
+from gpudoctor.probes import pyenv as _pyenv
+from gpudoctor.probes import scancache as _scancache
+from gpudoctor.probes import torch_links as _torch_links
 
-        _spec = importlib.util.spec_from_file_location("gpudoctor_pyenv", os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyenv.py"))
-        _pyenv = importlib.util.module_from_spec(_spec)
-        sys.modules["gpudoctor_pyenv"] = _pyenv
-        _spec.loader.exec_module(_pyenv)
 fact = _pyenv.fact
-sibling = _pyenv.sibling
-
 
 TORCH_MAIN_LIBRARY = "libtorch_cuda.so"
 
@@ -94,7 +84,7 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     facts.update(_pyenv.python_facts(paths))
     facts.update(_pyenv.torch_facts(paths))  # torch's version.py and libc10's symbols: read while the scan waits
     stack: Dict[str, Dict[str, Any]] = {}
-    cache = sibling("gpudoctor_scancache", "scancache.py").shared(environ)  # saved once, at the end
+    cache = _scancache.shared(environ)  # saved once, at the end
     for key in _pyenv.STACK:
         dist = first.get(key)
         if dist is None:
@@ -137,7 +127,7 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     torch_dir = facts.get("torch.path", {}).get("value")
     facts["torch.arch_list"] = torch_arch_list(torch_dir, binaries)
     try:
-        facts.update(sibling("gpudoctor_torch_links", "torch_links.py").collect(
+        facts.update(_torch_links.collect(
             scan.shared_objects, torch_dir, first, cache, dict(os.environ) if environ is None else environ))
     except Exception as exc:  # the link check's bug must not cost the other facts
         facts["torch.extensions"] = fact(None, "error", "torch_links", f"{type(exc).__name__}: {exc}")
@@ -164,7 +154,7 @@ class _KernelScan:
 
     def _run(self, paths, first, editable, scanner, environ) -> None:
         try:
-            self.facts = sibling("gpudoctor_kernel_scan", "kernel_scan.py").collect(paths, first, editable, scanner, environ,
+            self.facts = _kernel_scan.collect(paths, first, editable, scanner, environ,
                                                                                      save=False, shared_objects=self.shared_objects)
         except Exception as exc:  # the scan's bug must not cost the other facts
             self.error = exc

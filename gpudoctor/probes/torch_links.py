@@ -1,8 +1,7 @@
 """Every shared object on the path that links torch, checked against the torch installed beside it.
 
 Standard library only and Python 3.8-compatible: pyenv_collect.collect_plain calls ``collect`` in the
-doctor's process or inside the interpreter named by ``--python`` (pystack's bootstrap loads this
-file as ``gpudoctor_torch_links``).
+doctor's process or inside the interpreter named by ``--python`` (pystack's bootstrap serves it as ``gpudoctor.probes.torch_links``).
 
 What the dynamic loader will do when such an extension is imported after ``import torch``, read
 from the files without loading them (System V gABI, "Dynamic Section"; glibc's ld.so(8) search
@@ -37,18 +36,10 @@ import sys
 import zlib
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
-_scancache = sys.modules.get("gpudoctor_scancache")
-if _scancache is None:
-    from gpudoctor.probes import scancache as _scancache
-_coldstart = sys.modules.get("gpudoctor_coldstart")
-if _coldstart is None:
-    from gpudoctor.probes import coldstart as _coldstart
-_versions = sys.modules.get("gpudoctor_dynamic_loader")
-if _versions is None:
-    from gpudoctor.probes import dynamic_loader as _versions
+from gpudoctor.probes import coldstart as _coldstart
+from gpudoctor.probes import dynamic_loader as _versions
+from gpudoctor.probes import pyenv as _pyenv
+from gpudoctor.probes import scancache as _scancache
 Loader = _versions.Loader
 
 BUSIEST = ("libtorch_cpu.so", "libc10.so", "libtorch_python.so", "libtorch_cuda.so", "libc10_cuda.so")

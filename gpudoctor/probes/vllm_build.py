@@ -1,8 +1,8 @@
 """Which vLLM this is and where it came from, read from files (vLLM is never imported, git never run).
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside
-the interpreter named by ``--python`` (pystack's bootstrap loads it as
-``gpudoctor_vllm_build``); pyenv_collect.collect_plain calls ``collect_plain(ctx)``.
+the interpreter named by ``--python`` (pystack's bootstrap serves it as ``gpudoctor.probes.vllm_build``);
+pyenv_collect.collect_plain calls ``collect_plain(ctx)``.
 
 Facts:
 - ``vllm.build``: version and its parts (setuptools-scm ``0.23.1rc1.dev901+g2f3f441f8``:
@@ -29,23 +29,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from gpudoctor.probes import gitfiles as _git  # a git checkout read as files
+from gpudoctor.probes import pyenv as _pyenv
+
 WALK_BUDGET_S = 0.5
 
-
-# Shared helpers from pyenv.py. Inside --python's child the bootstrap (probes/pystack.py)
-# has loaded it as "gpudoctor_pyenv"; gpudoctor itself may not be importable there.
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
 fact = _pyenv.fact
-# A git checkout read as files (gitfiles.py); the bootstrap loads it as "gpudoctor_gitfiles" first.
-_git = sys.modules.get("gpudoctor_gitfiles")
-if _git is None:
-    from gpudoctor.probes import gitfiles as _git
 _read, checkout_facts, contains_commit, find_git_dir = _git._read, _git.checkout_facts, _git.contains_commit, _git.find_git_dir
 strip_credentials = _git.strip_credentials
 

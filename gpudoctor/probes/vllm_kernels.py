@@ -1,8 +1,8 @@
 """Which of vLLM's compiled extensions it needs on every GPU, and which only on some, read from its source.
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside
-the interpreter named by ``--python`` (pystack's bootstrap loads it as
-``gpudoctor_vllm_kernels``); pyenv_collect.collect_plain calls ``collect_plain(ctx)``.
+the interpreter named by ``--python`` (pystack's bootstrap serves it as ``gpudoctor.probes.vllm_kernels``);
+pyenv_collect.collect_plain calls ``collect_plain(ctx)``.
 
 vLLM builds some extensions only for some architectures (its CMakeLists selects a per-extension
 arch list with ``cuda_archs_loose_intersection``: ``_qutlass_C`` and ``_deepselect_C`` for
@@ -28,18 +28,11 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
-_scancache = sys.modules.get("gpudoctor_scancache")
-if _scancache is None:
-    from gpudoctor.probes import scancache as _scancache
-_coldstart = sys.modules.get("gpudoctor_coldstart")
-if _coldstart is None:
-    from gpudoctor.probes import coldstart as _coldstart
+from gpudoctor.probes import pyenv as _pyenv
+from gpudoctor.probes import scancache as _scancache
+from gpudoctor.probes import coldstart as _coldstart
 fact = _pyenv.fact
 
 FACT_KEYS = ("vllm.extensions",)

@@ -49,7 +49,7 @@ def main(argv):
     real_source = pystack._source
     pystack._source = lambda module: _patch_collect(real_source(module)) if module is pystack.pyenv_collect else real_source(module)
     pystack._BOOTSTRAP = pystack._BOOTSTRAP.replace(
-        "_elf = _load(", 'sys.stderr.write("T child-up %.6f\\n" % __import__("time").time())\n_elf = _load(', 1).replace(
+        "sys.meta_path.insert(0, _Served)", 'sys.stderr.write("T child-up %.6f\\n" % __import__("time").time())\nsys.meta_path.insert(0, _Served)', 1).replace(
         "sys.exit(_collect.main(", 'sys.stderr.write("T modules-loaded %.6f\\n" % __import__("time").time())\nsys.exit(_collect.main(', 1)
     real_seed = pystack.seed_code
 
@@ -57,11 +57,11 @@ def main(argv):
         real_seed(environ)
         where = scancache.cache_dir(environ)
         source = pystack._source(pystack.pyenv_collect)
-        key = pystack.code_key("gpudoctor_pyenv_collect", source)
+        key = pystack.code_key(pystack.pyenv_collect.__name__, source)
         from gpudoctor.probes import codecache
 
         if where:
-            codecache.store(os.path.join(where, "probe-code", key + ".bin"), compile(source, "<gpudoctor gpudoctor_pyenv_collect>", "exec"))
+            codecache.store(os.path.join(where, "probe-code", key + ".bin"), compile(source, f"<gpudoctor {pystack.pyenv_collect.__name__}>", "exec"))
     pystack.seed_code = seed
     steps = {}
     real_start, real_wait = runner.start, runner.Started.wait
