@@ -1,7 +1,7 @@
 """GD4xx: flash-attn — which variant is installed, for which GPU, built for which torch, and clashes.
 
 Facts come from probes/flash_attn.py (``flash_attn.*``, stdlib, read from dist-info, RECORD
-and ELF headers) and, under ``--deep``, probes/deep.py (``flash_attn.import_check``).
+and ELF headers) and, under ``--deep``, probes/deep_import_check.py (``flash_attn.import_check``).
 Variant names, wheel naming and build facts: flash-attention's README and setup.py
 (https://github.com/Dao-AILab/flash-attention#installation-and-features,
 https://github.com/Dao-AILab/flash-attention/blob/main/setup.py).

@@ -13,7 +13,7 @@ versions have (facts.md §3.3 #5, §4.4).
 import os
 from pathlib import Path
 
-from gpudoctor.gpu_table import override_snapshot, parse_spec
+from gpudoctor.gpu_target import override_snapshot, parse_spec
 from gpudoctor.probes import fatbin, flash_attn, pyenv_collect, pystack, vllm_build
 from gpudoctor.snapshot import Fact, Snapshot, ok
 from fakes.site_packages import FA2_SO, SM80_SM90_PTX90, TORCH_VERSION_PY, SitePackages

@@ -62,7 +62,7 @@ def under(name: str, *packages: str) -> bool:
 # (layer, what it must never import, why)
 RULES_OF_THE_LAYERS = [
     ("gpudoctor.probes", ("gpudoctor_rules", "gpudoctor.render", "gpudoctor.commands", "gpudoctor.engine", "gpudoctor.registry",
-                          "gpudoctor.report", "gpudoctor.cli", "gpudoctor.gpu_table"),
+                          "gpudoctor.report", "gpudoctor.cli", "gpudoctor.gpu_target"),
      "probes record facts (GPU tables they need are knowledge); judging them is the rules' job, showing them the renderers'"),
     ("gpudoctor_rules", ("gpudoctor.probes", "gpudoctor.commands", "gpudoctor.render", "gpudoctor.engine", "gpudoctor.registry",
                          "gpudoctor.report", "gpudoctor.cli"),

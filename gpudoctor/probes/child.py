@@ -1,5 +1,5 @@
 """The one way a probe starts a child interpreter: the Python stack's (pystack.py) and --deep's
-(deep.py, deep_ext.py, deep_load.py, deep_fabric.py).
+(deep_import_check.py, deep_extensions_load.py, deep_load_check.py, deep_fabric.py).
 
 A child runs a program given with ``-c`` (on its standard input when too long for one argv
 string) under ``-I``: no PYTHONPATH, no user site, no current directory on sys.path, so nothing

@@ -22,7 +22,7 @@ process), with the GPUs of the planned group (a launch's TP × PP, else every vi
 
 The child stops itself before its deadline, kills its ranks (they share its process group, which
 runner kills too), removes the rendezvous directory and reports what finished. Nothing is left
-running. Facts (``load(snapshot, ctx)``; without --deep probes/deep.py records them "not run"):
+running. Facts (``load(snapshot, ctx)``; without --deep probes/deep_import_check.py records them "not run"):
 
   gpu.p2p_check          {"gpus": [NVML index per torch device], "pairs": {"0->1": {"peer_access",
                           "verified", "gbps"} | {"outcome": "timeout"}}}

@@ -13,7 +13,7 @@ Design constraints (please preserve when editing):
   library: they run in whatever interpreter ``--python`` names, where gpudoctor and its
   dependencies may not be installed. They never import torch, an engine or an extension (one
   can crash or hang the interpreter that loads it): they read files (metadata, source text,
-  ELF headers). What must be loaded to be judged is --deep's (deep.py, deep_ext.py, deep_load.py).
+  ELF headers). What must be loaded to be judged is --deep's (deep_import_check.py, deep_extensions_load.py, deep_load_check.py).
 - They import each other one way, ``from gpudoctor.probes import X``: in the doctor's process
   that is the package; in the child the bootstrap serves exactly these names from the sources it
   was handed (an installed gpudoctor of another version is never used), and any other gpudoctor

@@ -13,12 +13,12 @@ on load, and a broken one can crash or hang the process that loads it.
 A torch extension needs torch's libraries (libc10.so …) loaded first, as ``import torch`` does
 for its users: a load that fails on one of those is retried after ``import torch``, so its
 verdict is about the extension, not about torch's libraries not being on the loader's path.
-A binary --deep already imported as a flash-attn or vLLM extension (probes/deep.py) is not
+A binary --deep already imported as a flash-attn or vLLM extension (probes/deep_import_check.py) is not
 loaded again; that outcome is used.
 
 This runs after the probes, when the GPUs to judge are known (``--gpu`` or the ones present):
 ``load(snapshot, ctx)`` -> ``{"kernels.load_check": Fact}``. Without --deep it is not called and
-probes/deep.py records the fact as "not run".
+probes/deep_import_check.py records the fact as "not run".
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def lacking(snapshot) -> List[Dict[str, Any]]:
 
 
 def _imported(snapshot) -> Dict[str, Dict[str, Any]]:
-    """What probes/deep.py saw importing flash-attn's and vLLM's extensions, by path."""
+    """What probes/deep_import_check.py saw importing flash-attn's and vLLM's extensions, by path."""
     out = {}
     for name in ("flash_attn.import_check", "vllm.import_check"):
         value = snapshot.value(name)

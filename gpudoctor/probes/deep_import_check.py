@@ -16,7 +16,7 @@ picked out) becomes a fact:
 
 Without ``--deep`` both facts say "not run"; with it and nothing to load, "absent".
 ``kernels.load_check`` (every CUDA binary without code for a GPU, loaded with ctypes) is
-probes/deep_load.py's, after the probes; without --deep this probe records it as "not run".
+probes/deep_load_check.py's, after the probes; without --deep this probe records it as "not run".
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _not_run(detail: str, status: str = NOT_SUPPORTED) -> Dict[str, Fact]:
 
 def collect(ctx) -> Dict[str, Fact]:
     if not getattr(ctx, "deep", False):
-        # kernels.load_check too: under --deep, probes/deep_load.py records it after the probes.
+        # kernels.load_check too: under --deep, probes/deep_load_check.py records it after the probes.
         return {**_not_run("not run (use --deep to load the extensions in a child interpreter)"),
                 "kernels.load_check": missing(NOT_SUPPORTED, "not run (use --deep to load the binaries that lack code "
                                               "for a GPU in a child interpreter)", "--deep"),

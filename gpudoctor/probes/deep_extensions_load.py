@@ -20,7 +20,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from gpudoctor.probes import child
-from gpudoctor.probes.deep_load import MAX_ERROR, MAX_OUTPUT, explain
+from gpudoctor.probes.deep_load_check import MAX_ERROR, MAX_OUTPUT, explain
 from gpudoctor.snapshot import ABSENT, ERROR, TIMEOUT, Fact, missing, ok
 
 FACT = "torch.extensions_load"
