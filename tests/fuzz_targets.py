@@ -119,13 +119,13 @@ def _proc_version(data: bytes):
 
 
 def _version_py(data: bytes):
-    from gpudoctor.probes.pyenv import read_version_py
+    from gpudoctor.probes.python_stack_read import read_version_py
 
     return read_version_py(_text(data))
 
 
 def _headers(data: bytes):
-    from gpudoctor.probes.pyenv import parse_headers
+    from gpudoctor.probes.python_stack_read import parse_headers
 
     return parse_headers(_text(data))
 
@@ -298,8 +298,8 @@ def targets() -> List[Target]:
         Target("snapshot", _snapshot, (InputError, SnapshotError), _snapshot_seeds()),
         Target("nvidia_smi.parse_xml", _nvidia_smi, (), _files("nvidia-smi-xml/*.xml", "ground_truth/h200/*.xml")),
         Target("driver.parse_proc_version", _proc_version, (), _files("proc-driver-version/*.txt")),
-        Target("pyenv.read_version_py", _version_py, (SyntaxError, ValueError, MemoryError, RecursionError), VERSIONS),
-        Target("pyenv.parse_headers", _headers, (), _metadata_seeds()),
+        Target("python_stack_read.read_version_py", _version_py, (SyntaxError, ValueError, MemoryError, RecursionError), VERSIONS),
+        Target("python_stack_read.parse_headers", _headers, (), _metadata_seeds()),
         Target("launch.parse", _launch, (), COMMANDS),
         Target("launch.expand_split", _command_lines, (ValueError,), COMMANDS),
         Target("visible.resolve", _visible, (), [b"0,1", b"GPU-1b2f", b"MIG-x,0", b""]),

@@ -1,7 +1,7 @@
 """Which inference engines are installed (vLLM, SGLang, both) is a fact, and check and report name them.
 
 The environments are dist-info trees as pip writes them (tests/flash_attn_trees.py), read by the
-real probe (pyenv_collect.collect_plain); SGLang's Requires-Dist is its 0.5.23 wheel's.
+real probe (python_stack_collect.collect_plain); SGLang's Requires-Dist is its 0.5.23 wheel's.
 """
 
 from __future__ import annotations

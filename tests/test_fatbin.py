@@ -360,7 +360,7 @@ def _python_for(uid: int) -> Optional[str]:
 def test_unreadable_file(tmp_path):
     """chmod 000. Root reads it anyway, so as root the scan runs in a child process as nobody
     (uid 65534), from a copy of the module and the two it imports, run on their own: the
-    stdlib-only script form (gpudoctor/probes/ holding only those three, as pystack's child does)."""
+    stdlib-only script form (gpudoctor/probes/ holding only those three, as python_stack's child does)."""
     if os.geteuid() != 0:
         locked = tmp_path / "locked.so"
         shutil.copy(PTX90, locked)

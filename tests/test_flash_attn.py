@@ -380,7 +380,7 @@ def test_broken_files_never_crash_the_inventory(site):
 
 
 def test_a_collector_that_raises_becomes_error_facts(site):
-    from gpudoctor.probes import pyenv_collect
+    from gpudoctor.probes import python_stack_collect
 
     torch_site(site)
 
@@ -388,7 +388,7 @@ def test_a_collector_that_raises_becomes_error_facts(site):
         raise RuntimeError("bad day")
 
     boom.__module__ = probe.__name__
-    facts = pyenv_collect.collect_plain([str(site.path)], "stack", None, [boom])
+    facts = python_stack_collect.collect_plain([str(site.path)], "stack", None, [boom])
     assert facts["flash_attn.variants"]["status"] == "error" and "RuntimeError: bad day" in facts["flash_attn.variants"]["detail"]
     assert facts["torch.version"]["status"] == "ok"
 

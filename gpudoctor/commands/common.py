@@ -97,7 +97,7 @@ def probe(request, io: IO, meanwhile=None, overlay=None, command_env=None, annou
     gpu = gpu_option(request)
     python = request.python
     if python is not None:
-        from gpudoctor.probes.pystack import python_option_error
+        from gpudoctor.probes.python_stack import python_option_error
 
         problem = python_option_error(python)
         if problem:

@@ -1,4 +1,4 @@
-"""The one way a probe starts a child interpreter: the Python stack's (pystack.py) and --deep's
+"""The one way a probe starts a child interpreter: the Python stack's (python_stack.py) and --deep's
 (deep_import_check.py, deep_extensions_load.py, deep_load_check.py, deep_fabric.py).
 
 A child runs a program given with ``-c`` (on its standard input when too long for one argv

@@ -1,7 +1,7 @@
 """Cold-start reads: what a scan will read, asked of the disk at once (fatbin headers, many small files).
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside the
-interpreter named by ``--python`` (pystack's bootstrap serves it as ``gpudoctor.probes.coldstart``).
+interpreter named by ``--python`` (python_stack's bootstrap serves it as ``gpudoctor.probes.coldstart``).
 
 Why: a scan's reads depend on each other. The section table is where the ELF header says, the
 section names where the table says, each fatbin container and entry where the one before it

@@ -4,7 +4,7 @@ each lists, the top-level names it claims and the directories it lists files in;
 scan cache (probes/scancache.py) keyed by the RECORD's (size, mtime_ns, inode, device).
 
 Standard library only and Python 3.8-compatible, like kernel_scan.py, its one user: inside the
-interpreter named by ``--python`` pystack's bootstrap serves it as ``gpudoctor.probes.dist_records``.
+interpreter named by ``--python`` python_stack's bootstrap serves it as ``gpudoctor.probes.dist_records``.
 """
 
 import os

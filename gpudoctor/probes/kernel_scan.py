@@ -1,7 +1,7 @@
 """Every shared object on the interpreter's path that carries CUDA device code, with its owner and its archs.
 
-Standard library only and Python 3.8-compatible: pyenv_collect.collect_plain calls ``collect`` in the
-doctor's process or inside the interpreter named by ``--python`` (pystack's bootstrap serves it
+Standard library only and Python 3.8-compatible: python_stack_collect.collect_plain calls ``collect`` in the
+doctor's process or inside the interpreter named by ``--python`` (python_stack's bootstrap serves it
 as ``gpudoctor.probes.kernel_scan``).
 
 Not a list of known packages: cupy, JAX's CUDA plugins, mamba-ssm, causal-conv1d, sgl-kernel,
@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from gpudoctor.probes import pyenv as _pyenv
+from gpudoctor.probes import python_stack_read as _stack_read
 from gpudoctor.probes import scancache as _scancache
 from gpudoctor.probes import coldstart as _coldstart
 from gpudoctor.probes import dist_records as _records  # the RECORDs of the distributions
@@ -294,7 +294,7 @@ def _egg_tops(egg: str) -> List[str]:
 
 
 def _owner_guess(package: str, dists: Dict[str, Dict[str, Any]]) -> Optional[str]:
-    key = _pyenv.normalize(package)
+    key = _stack_read.normalize(package)
     for name in dists:
         if name == key:
             return name
@@ -468,11 +468,11 @@ def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[s
             scanner: Optional[Callable[[str], Any]], environ: Optional[Dict[str, str]] = None,
             save: bool = True, shared_objects: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Dict[str, Any]]:
     """``kernels.binaries`` and ``kernels.scan`` for this path. ``save=False``: the caller saves
-    the scan cache once, with what else it adds (pyenv_collect.collect_plain), and sets ``cache_save``.
+    the scan cache once, with what else it adds (python_stack_collect.collect_plain), and sets ``cache_save``.
     ``shared_objects``: filled with every shared object found (path, dist, package), CUDA or not,
     for the torch link check (probes/torch_links.py)."""
     started = time.perf_counter()
-    fact = _pyenv.fact
+    fact = _stack_read.fact
     from gpudoctor.probes import fatbin
     cache = _scancache.shared(environ)
     loaded = time.perf_counter()
@@ -514,9 +514,9 @@ def owners(binaries: Iterable[Dict[str, Any]]) -> Dict[str, List[str]]:
 if __name__ == "__main__":  # python -m gpudoctor.probes.kernel_scan: this interpreter's CUDA binaries
     import json
 
-    search = _pyenv.search_paths()
-    first, _, _ = _pyenv.scan_dists(search, read_all=False)
-    facts = collect(search, first, _pyenv.editable_mappings(search), None)
+    search = _stack_read.search_paths()
+    first, _, _ = _stack_read.scan_dists(search, read_all=False)
+    facts = collect(search, first, _stack_read.editable_mappings(search), None)
     for b in facts["kernels.binaries"]["value"]:
         scan = b["scan"]
         sys.stdout.write(json.dumps({"path": b["path"], "dist": b["dist"], "sm": scan.get("sm_variants"),

@@ -17,7 +17,7 @@ Design constraints (please preserve when editing):
 - They import each other one way, ``from gpudoctor.probes import X``: in the doctor's process
   that is the package; in the child the bootstrap serves exactly these names from the sources it
   was handed (an installed gpudoctor of another version is never used), and any other gpudoctor
-  module fails to import there (tests/test_pystack_child.py checks the sources too).
+  module fails to import there (tests/test_python_stack_child.py checks the sources too).
 - Every fact the child gives is declared (CHILD_FACTS: FACTS and FACTS_WHEN_FOUND below, each
   extra collector's FACT_KEYS): when the child fails, times out or prints nonsense, each of
   them carries that reason, never "not collected"; a test holds the list to what a child gives.
@@ -38,7 +38,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from gpudoctor import bounded
 from gpudoctor.probes import child as child_process
-from gpudoctor.probes import coldstart, flash_attn, gitfiles, pyenv, scancache, sglang_kernels, vllm_build, vllm_kernels
+from gpudoctor.probes import coldstart, flash_attn, gitfiles, python_stack_read, scancache, sglang_kernels, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 
@@ -65,20 +65,20 @@ class _Unrun:
 
 elf, fatbin_result, fatbin, forks = _Unrun("elf"), _Unrun("fatbin_result"), _Unrun("fatbin"), _Unrun("forks")
 dist_records, kernel_scan, dynamic_loader = _Unrun("dist_records"), _Unrun("kernel_scan"), _Unrun("dynamic_loader")
-torch_links, pyenv_collect = _Unrun("torch_links"), _Unrun("pyenv_collect")
+torch_links, python_stack_collect = _Unrun("torch_links"), _Unrun("python_stack_collect")
 
 CHILD_MAX_S = 60.0
 MAX_CHILD_OUTPUT = 8 << 20  # the facts of a venv with ~100 dists are ~100 KiB of JSON; 2,000 dists ~2 MiB
 
 # The child's code: every module the bootstrap serves there (the order is only the seeding's).
-CHILD_MODULES = (elf, fatbin_result, fatbin, forks, coldstart, pyenv, scancache, dist_records, kernel_scan, dynamic_loader,
-                 torch_links, pyenv_collect, flash_attn, vllm_build, gitfiles, vllm_kernels, sglang_kernels)
+CHILD_MODULES = (elf, fatbin_result, fatbin, forks, coldstart, python_stack_read, scancache, dist_records, kernel_scan, dynamic_loader,
+                 torch_links, python_stack_collect, flash_attn, vllm_build, gitfiles, vllm_kernels, sglang_kernels)
 # Collectors imported there only when the environment has what they look at (their TRIGGER_*).
 EXTRAS = (flash_attn, vllm_build, vllm_kernels, sglang_kernels)
 # Every fact a child gives (and, failing, gives with its reason); python.requested is this side's.
-# Every fact pyenv_collect.collect_plain gives, and those it gives only when there is something to
+# Every fact python_stack_collect.collect_plain gives, and those it gives only when there is something to
 # say: torch's details when torch is installed, the editable installs when any. Declared here, not
-# in pyenv_collect, so this process knows them without running the scan's modules.
+# in python_stack_collect, so this process knows them without running the scan's modules.
 FACTS = ("python.executable", "python.version", "python.prefix", "python.sys_path", "python.marker_env",
          "torch.version", "torch.cuda", "torch.arch_list", "torch.extensions",
          "packages.dists", "packages.stack", "packages.duplicates", "packages.unreadable", "engines.installed",
@@ -101,7 +101,7 @@ import sys, types
 if sys.version_info < (3, 8):
     sys.stderr.write("gpudoctor's probe needs Python 3.8 or newer; this is Python %d.%d\\n" % sys.version_info[:2])
     sys.exit(3)
-if sys.flags.no_site:  # -S: the site directories are added here, as a normal start adds them (pystack.SITE_FLAGS)
+if sys.flags.no_site:  # -S: the site directories are added here, as a normal start adds them (python_stack.SITE_FLAGS)
     import site
     def _pth_line(code, *args):
         if "sys.path" in code or "addsitedir" in code:  # it changes the path the probe reads: run it as site would
@@ -145,7 +145,7 @@ def _code(name, source):
 _SOURCES = {sources}
 class _Served:
     # gpudoctor.probes.NAME for each NAME of _SOURCES, and nothing else of gpudoctor: the child's
-    # modules import each other as they do in the package (pystack's design constraints).
+    # modules import each other as they do in the package (python_stack's design constraints).
     @staticmethod
     def find_spec(fullname, path=None, target=None):
         if fullname.startswith("gpudoctor.probes.") and fullname[17:] in _SOURCES:
@@ -179,7 +179,7 @@ def _gated(name, dists, dirs, empty):
         return importlib.import_module("gpudoctor.probes." + name).collect_plain(ctx)
     collect.__module__ = "gpudoctor.probes." + name
     return collect
-from gpudoctor.probes import fatbin as _fatbin, pyenv_collect as _collect
+from gpudoctor.probes import fatbin as _fatbin, python_stack_collect as _collect
 _extras = [{extras}]
 sys.exit(_collect.main(sys.argv[1:], scanner=_fatbin.scan, extras=_extras))
 """
@@ -198,7 +198,7 @@ def _source(module) -> str:
 
 def bootstrap(environ=None) -> str:
     """The child's program: CHILD_MODULES' sources served as ``gpudoctor.probes.*``, the extra
-    collectors behind their gates, then pyenv_collect.main."""
+    collectors behind their gates, then python_stack_collect.main."""
     where = scancache.cache_dir(os.environ if environ is None else environ)
     code_dir = os.path.join(where, "probe-code") if where else ""
     sources = "{" + ", ".join(f"{ascii(_short(m))}: {ascii(_source(m))}" for m in CHILD_MODULES) + "}"
@@ -282,7 +282,7 @@ def collect(ctx) -> Dict[str, Fact]:
                               own) if python else None
     if facts is not None:  # None: only a child standing for this process that could not answer
         return facts
-    from gpudoctor.probes import fatbin as fatbin_module, pyenv_collect as collect_module  # only here is the scan run in this process
+    from gpudoctor.probes import fatbin as fatbin_module, python_stack_collect as collect_module  # only here is the scan run in this process
 
     plain = collect_module.collect_plain(None, _record_mode(ctx), fatbin_module.scan, [extra.collect_plain for extra in EXTRAS],
                                          probe_options, dict(ctx.environ))  # options: called only when vLLM is installed

@@ -3,9 +3,9 @@
 Standard library only and Python 3.8-compatible, on purpose: this module also runs inside
 another interpreter (``--python``: the venv where vLLM lives) as a script given to ``-I -c``,
 so it cannot depend on gpudoctor or its deps. One code path, two places to run it:
-probes.pystack calls pyenv_collect.py's ``collect_plain`` (which calls the readers here) in the
+probes.python_stack calls python_stack_collect.py's ``collect_plain`` (which calls the readers here) in the
 doctor's process, or runs these files' source (with fatbin.py's) in the other interpreter and
-reads the JSON that pyenv_collect's ``main`` prints.
+reads the JSON that python_stack_collect's ``main`` prints.
 
 What it reads, never importing any of it:
 - ``torch/version.py`` text (``__version__``, ``cuda``, ``hip``, ``git_version``); torch's C++
