@@ -144,7 +144,7 @@ def test_plan_puts_the_environment_last():
 
 
 def _gd401(tmp_path, *installs, gpu="sm_86"):
-    from flash_attn_trees import snapshot
+    from fakes.flash_attn_trees import snapshot
     from fakes.site_packages import SitePackages
 
     from gpudoctor import registry
@@ -158,7 +158,7 @@ def _gd401(tmp_path, *installs, gpu="sm_86"):
 
 
 def test_gd401_fix_command_is_the_actions_command(tmp_path):
-    from flash_attn_trees import fa2, fa4, sglang, torch_site
+    from fakes.flash_attn_trees import fa2, fa4, sglang, torch_site
 
     [finding] = _gd401(tmp_path / "alone", torch_site, fa4)
     [action] = finding.fix.actions

@@ -1,6 +1,6 @@
 """flash-attn inventory (probes/flash_attn.py) and the GD4xx rules, on real site-packages trees.
 
-The trees are built by tests/flash_attn_trees.py (real dist-info, RECORD with real hashes,
+The trees are built by tests/fakes/flash_attn_trees.py (real dist-info, RECORD with real hashes,
 real ELF files); the probe is the real stdlib collector; the rules run through the engine.
 Nothing of gpudoctor is mocked.
 """
@@ -14,7 +14,7 @@ import pytest
 from gpudoctor.probes import flash_attn as probe
 from gpudoctor.snapshot import ok
 from helpers import findings, outcome
-from flash_attn_trees import (EXT_OLD, ROTARY_GUARDED, TORCHABI, collect, fa2, fa4, sglang, snapshot, torch_site, vllm)
+from fakes.flash_attn_trees import (EXT_OLD, ROTARY_GUARDED, TORCHABI, collect, fa2, fa4, sglang, snapshot, torch_site, vllm)
 from fakes.site_packages import FA2_SO, SM86, SitePackages
 
 PY = shlex.quote(sys.executable)

@@ -15,7 +15,7 @@ import pytest
 
 from gpudoctor.render import headlines
 from gpudoctor.snapshot import Snapshot
-from flash_attn_trees import EXT_GOOD, EXT_OLD, fa2, fa4, torch_site, vllm
+from fakes.flash_attn_trees import EXT_GOOD, EXT_OLD, fa2, fa4, torch_site, vllm
 from fakes.site_packages import SitePackages, make_venv, venv_site
 from helpers import private_env
 from helpers import doc_findings as findings, doc_outcome as outcome, gd

@@ -330,7 +330,7 @@ def test_a_fact_of_an_unexpected_type_is_unknown_not_a_crash():
 # --- smoke under the overall deadline ---------------------------------------------------------------
 def test_a_step_with_no_time_left_is_unknown_deadline_not_a_failure():
     sys.path.insert(0, str(REPO / "tests"))
-    from smoke_servers import WireServer
+    from fakes.smoke_servers import WireServer
 
     from gpudoctor import registry
     from gpudoctor.engine import run_rules
@@ -351,7 +351,7 @@ def test_a_step_with_no_time_left_is_unknown_deadline_not_a_failure():
 
 def test_a_deeply_nested_server_body_is_invalid_json_not_a_crashed_probe():
     sys.path.insert(0, str(REPO / "tests"))
-    from smoke_servers import WireServer
+    from fakes.smoke_servers import WireServer
 
     from gpudoctor.probes.smoke import client as smoke_client
 

@@ -18,7 +18,7 @@ from gpudoctor.probes import fatbin, flash_attn, python_stack_collect, python_st
 from gpudoctor.snapshot import Fact, Snapshot, ok
 from fakes.site_packages import FA2_SO, SM80_SM90_PTX90, TORCH_VERSION_PY, SitePackages
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 TORCHABI = REPO / "tests" / "fixtures" / "torchabi"
 EXT_OLD = TORCHABI / "ext_old.so"  # references c10::cuda::SetDevice(signed char) (_ZN3c104cuda9SetDeviceEa)
 EXT_GOOD = TORCHABI / "ext_good.so"  # references SetDevice(signed char, bool), which the stand-in libc10_cuda exports
