@@ -6,7 +6,7 @@ stack (``[[[[…``) or spend seconds converting a 100,000-digit integer. Each re
 ``InputError`` with one line for the user; commands turn it into exit 2.
 
 Stdlib only: probes that run inside ``--python``'s child interpreter do not import it, they
-carry their own small copies (pyenv.py); this module is for the doctor's own process.
+carry their own small copies (python_stack_read.py); this module is for the doctor's own process.
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ class Started:
 def start(argv: Sequence[str], timeout: float = 5.0, env: Optional[Mapping[str, str]] = None,
           deadline: Optional[float] = None, max_output: int = MAX_OUTPUT, stdin: Optional[bytes] = None) -> Started:
     """``run()``'s first half: the child is started (its time counts from now) and this returns at
-    once; ``.wait()`` is the second half. For a child worth starting before other work (pystack's)."""
+    once; ``.wait()`` is the second half. For a child worth starting before other work (python_stack's)."""
     exe = shutil.which(argv[0], path=(env or os.environ).get("PATH")) if os.sep not in argv[0] else argv[0]
     if not exe:
         return Started(argv[0], answer=Completed("absent", detail=f"{argv[0]} not found on PATH"))
@@ -205,7 +205,7 @@ def _fits_in_pipe(pipe, size: int) -> bool:
     """Whether the pipe to the child can hold ``size`` bytes (grown to it on Linux, F_SETPIPE_SZ,
     at most /proc/sys/fs/pipe-max-size: 1 MiB by default). Then the bytes are written at once:
     a feeding thread would need this process's GIL for every 64 KiB the child reads, and a cold
-    start's imports hold it (pystack's ~216 kB bootstrap waited ~60 ms for it on an H200 host)."""
+    start's imports hold it (python_stack's ~216 kB bootstrap waited ~60 ms for it on an H200 host)."""
     try:
         import fcntl
 

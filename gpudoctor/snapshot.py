@@ -192,7 +192,7 @@ class Snapshot:
 
 def dist_key(name: str) -> str:
     """How ``packages.dists`` keys a distribution: its PEP 503 name (runs of -, _ and . are one -,
-    case folded). probes/pyenv.py writes the keys with its own copy: it runs inside the
+    case folded). probes/python_stack_read.py writes the keys with its own copy: it runs inside the
     ``--python`` child, standard library only."""
     return re.sub(r"[-_.]+", "-", name).lower()
 

@@ -32,10 +32,13 @@ RAY_OBJECT_STORE_PROPORTION = 0.3
 RAY_SHM_FLOOR = 10 ** 10
 
 
+def on_cluster(snap) -> Optional[NotApplicable]:
+    """Every cluster rule's precondition (``applies=``): a snapshot of several nodes."""
+    return None if is_cluster(snap) else NotApplicable(SINGLE_NODE)
+
+
 def _cluster_nodes(snap, minimum: int = 2):
-    """(nodes that answered, None) or (None, NotApplicable)."""
-    if not is_cluster(snap):
-        return None, NotApplicable(SINGLE_NODE)
+    """(nodes that answered, None) or (None, NotApplicable); for rules that apply ``on_cluster``."""
     nodes = reachable(snap)
     if len(nodes) < minimum:
         return None, NotApplicable(f"{len(nodes)} node(s) answered: nothing to compare")
@@ -47,7 +50,7 @@ def _names(nodes: Sequence[str]) -> str:
 
 
 # --- GD901 -------------------------------------------------------------------------------------
-@rule("GD901", "cluster-node-unreachable", severity=ERROR, area="cluster")
+@rule("GD901", "cluster-node-unreachable", severity=ERROR, area="cluster", applies=on_cluster)
 def node_unreachable(snap):
     """A node of the cluster did not answer, so it was not checked.
 
@@ -75,8 +78,6 @@ def node_unreachable(snap):
       with TaskUnschedulableError.
     - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
-    if not is_cluster(snap):
-        return NotApplicable(SINGLE_NODE)
     fails = []
     for entry in node_entries(snap):
         status = entry["status"]
@@ -168,7 +169,7 @@ def _driver_fix(odd, items) -> Fix:
     )
 
 
-@rule("GD902", "cluster-driver-skew", severity=WARNING, area="cluster")
+@rule("GD902", "cluster-driver-skew", severity=WARNING, area="cluster", applies=on_cluster)
 def driver_skew(snap):
     """The NVIDIA driver differs between nodes.
 
@@ -222,7 +223,7 @@ def _stack_fix(odd, items) -> Fix:
     )
 
 
-@rule("GD903", "cluster-stack-skew", severity=ERROR, area="cluster")
+@rule("GD903", "cluster-stack-skew", severity=ERROR, area="cluster", applies=on_cluster)
 def stack_skew(snap):
     """Python, torch, CUDA toolkit, vLLM, flash-attn or NCCL differ between nodes.
 
@@ -274,7 +275,7 @@ def _env_fix(odd, items) -> Fix:
     )
 
 
-@rule("GD904", "cluster-env-skew", severity=WARNING, area="cluster")
+@rule("GD904", "cluster-env-skew", severity=WARNING, area="cluster", applies=on_cluster)
 def env_skew(snap):
     """NCCL, vLLM or CUDA environment variables differ between nodes.
 
@@ -340,7 +341,7 @@ def _gpu_groups(snap, key):
     return (kinds, cpu_only, groups), None
 
 
-@rule("GD905", "cluster-gpu-models-differ", severity=WARNING, area="cluster")
+@rule("GD905", "cluster-gpu-models-differ", severity=WARNING, area="cluster", applies=on_cluster)
 def gpu_models_differ(snap):
     """The nodes have different GPU models or compute capabilities.
 
@@ -389,7 +390,7 @@ def gpu_models_differ(snap):
 
 
 # --- GD906 -------------------------------------------------------------------------------------
-@rule("GD906", "cluster-gpu-counts-differ", severity=WARNING, area="cluster")
+@rule("GD906", "cluster-gpu-counts-differ", severity=WARNING, area="cluster", applies=on_cluster)
 def gpu_counts_differ(snap):
     """The GPU nodes offer different numbers of GPUs.
 
@@ -434,7 +435,7 @@ def gpu_counts_differ(snap):
 
 
 # --- GD907 -------------------------------------------------------------------------------------
-@rule("GD907", "cluster-parallel-plan-does-not-fit", severity=ERROR, area="cluster")
+@rule("GD907", "cluster-parallel-plan-does-not-fit", severity=ERROR, area="cluster", applies=on_cluster)
 def parallel_plan_does_not_fit(snap):
     """The planned tensor × pipeline parallel sizes do not fit the cluster's GPUs.
 
@@ -458,8 +459,6 @@ def parallel_plan_does_not_fit(snap):
       cluster); vLLM vllm/v1/executor/ray_utils.py (placement group of world_size GPU bundles).
     - https://docs.vllm.ai/en/latest/serving/parallelism_scaling/
     """
-    if not is_cluster(snap):
-        return NotApplicable(SINGLE_NODE)
     sizes = plan(snap)
     if not sizes:
         return NotApplicable("no --tensor-parallel-size / --pipeline-parallel-size given")
@@ -507,7 +506,7 @@ def parallel_plan_does_not_fit(snap):
 
 
 # --- GD908 -------------------------------------------------------------------------------------
-@rule("GD908", "cluster-shm-too-small-for-ray", severity=WARNING, area="cluster")
+@rule("GD908", "cluster-shm-too-small-for-ray", severity=WARNING, area="cluster", applies=on_cluster)
 def shm_too_small_for_ray(snap):
     """A node's /dev/shm is too small for Ray's object store.
 

@@ -11,7 +11,7 @@ from typing import Dict, List, Tuple
 
 from gpudoctor.rule import WARNING, Fail, Fix, NotApplicable, Unknown, rule
 
-from .cluster import _cluster_nodes, _names
+from .cluster import _cluster_nodes, _names, on_cluster
 from .fabric import _active_rdma
 
 
@@ -20,7 +20,7 @@ def _layers(ports: List[str]) -> Tuple[str, ...]:
     return tuple(sorted({port.rsplit("(", 1)[-1].rstrip(")") for port in ports}))
 
 
-@rule("GD909", "cluster-rdma-differs", severity=WARNING, area="cluster")
+@rule("GD909", "cluster-rdma-differs", severity=WARNING, area="cluster", applies=on_cluster)
 def cluster_rdma_differs(snap):
     """Active RDMA ports (InfiniBand, RoCE) on some nodes only, or of different kinds.
 

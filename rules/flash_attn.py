@@ -1,7 +1,7 @@
 """GD4xx: flash-attn — which variant is installed, for which GPU, built for which torch, and clashes.
 
 Facts come from probes/flash_attn.py (``flash_attn.*``, stdlib, read from dist-info, RECORD
-and ELF headers) and, under ``--deep``, probes/deep.py (``flash_attn.import_check``).
+and ELF headers) and, under ``--deep``, probes/deep_import_check.py (``flash_attn.import_check``).
 Variant names, wheel naming and build facts: flash-attention's README and setup.py
 (https://github.com/Dao-AILab/flash-attention#installation-and-features,
 https://github.com/Dao-AILab/flash-attention/blob/main/setup.py).
@@ -26,6 +26,11 @@ def variants(snap, kind: Optional[str] = None) -> List[Dict[str, Any]]:
     value = snap.value("flash_attn.variants")
     items = [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
     return [v for v in items if kind is None or v.get("variant") == kind]
+
+
+def _installed(snap) -> Optional[NotApplicable]:
+    """The precondition (``applies=``) of the rules about the flash-attn distributions: one is installed."""
+    return None if variants(snap) else NotApplicable("no flash-attn distribution is installed")
 
 
 def _label(entry: Dict[str, Any]) -> str:
@@ -225,7 +230,8 @@ def flash_attn_variant_unsupported_gpu(snap):
 
 
 # --- GD402 -----------------------------------------------------------------------------------
-@rule("GD402", "flash-attn-variants-clobber", severity=ERROR, area="flash_attn", requires=("flash_attn.variants", "flash_attn.clashes"))
+@rule("GD402", "flash-attn-variants-clobber", severity=ERROR, area="flash_attn", requires=("flash_attn.variants", "flash_attn.clashes"),
+      applies=_installed)
 def flash_attn_variants_clobber(snap):
     """Two flash-attn distributions write the same files (FA2 and FA4 in `flash_attn/cute`, FA3 as FA2).
 
@@ -254,8 +260,6 @@ def flash_attn_variants_clobber(snap):
       https://github.com/windreamer/flash-attention3-wheels/issues/9.
     """
     installed = variants(snap)
-    if not installed:
-        return NotApplicable("no flash-attn distribution is installed")
     py = _py(snap)
     gpus = gpus_to_judge(snap)
     fa4_fits = any(_cc(g["cc"])[0] >= 9 for g in gpus) if gpus else True
@@ -523,7 +527,8 @@ def fa2_reinstall_reasons(snap) -> List[str]:
     return reasons
 
 
-@rule("GD405", "flash-attn-source-build-not-ready", severity=WARNING, area="flash_attn", requires=("flash_attn.variants",))
+@rule("GD405", "flash-attn-source-build-not-ready", severity=WARNING, area="flash_attn", requires=("flash_attn.variants",),
+      applies=_installed)
 def flash_attn_source_build_not_ready(snap):
     """flash-attn must be built from source here, and this machine is not ready for the build.
 
@@ -553,8 +558,6 @@ def flash_attn_source_build_not_ready(snap):
     CUDA than torch's, FLASH_ATTN_CUDA_ARCHS leaving out this GPU); a warning for what only
     makes it slow or fragile (no ninja, MAX_JOBS for the memory there is).
     """
-    if not variants(snap):
-        return NotApplicable("no flash-attn distribution is installed")
     if not snap.get("torch.version").ok:
         return Unknown(f"needs torch.version, which is {snap.get('torch.version').describe()}")
     reasons = fa2_reinstall_reasons(snap)

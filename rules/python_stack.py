@@ -7,7 +7,7 @@ import re
 import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpudoctor import reqfast
+from gpudoctor import requirement_met
 from gpudoctor.actions import install
 from gpudoctor.knowledge.gpus import describe_archs, gpus_to_judge, kernel_support
 from gpudoctor.rule import ERROR, WARNING, Fail, Fix, NotApplicable, Unknown, rule
@@ -297,7 +297,7 @@ def _unmet_requirements(snap) -> Dict[str, List[Dict[str, Any]]]:
         for text in entry.get("requires", []) or []:
             if _EXTRA_MARKER.search(str(text)) and " or " not in str(text):
                 continue  # only for an extra (skipped below anyway); transformers lists hundreds
-            if reqfast.satisfied(str(text), dists, marker_env) is True:
+            if requirement_met.satisfied(str(text), dists, marker_env) is True:
                 continue  # certainly met (or for another platform): packaging need not be imported
             req = _parse_requirement(str(text))
             if req is None or not _applies(req, marker_env):

@@ -15,17 +15,15 @@ from urllib.parse import urlsplit
 from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 
 
-def _not_checked(snap) -> Optional[NotApplicable]:
+def not_checked(snap) -> Optional[NotApplicable]:
+    """The server rules' precondition (``applies=``): the smoke check ran."""
     if "server.url" not in snap.facts:
         return NotApplicable("no server was checked (run `gpudoctor smoke --url URL` or `gpudoctor check --smoke URL`)")
     return None
 
 
 def _step(snap, path: str):
-    """(fact, None) when the step ran; (None, Unknown/NotApplicable) when it did not."""
-    skip = _not_checked(snap)
-    if skip:
-        return None, skip
+    """(fact, None) when the step ran; (None, Unknown) when it did not (a server was checked)."""
     fact = snap.get(path)
     if fact.status == "absent":
         return None, Unknown(fact.detail or f"{path} was not collected")
@@ -194,7 +192,7 @@ def request_failure(snap, path: str, fact, what: str) -> Fail:
 
 
 # --- GD801 -------------------------------------------------------------------------------
-@rule("GD801", "server-not-ready", severity=ERROR, area="server")
+@rule("GD801", "server-not-ready", severity=ERROR, area="server", applies=not_checked)
 def server_not_ready(snap):
     """The server did not become ready: refused, hung, still loading, wrong service, or an auth wall.
 
@@ -215,9 +213,6 @@ def server_not_ready(snap):
     ## References
     - https://docs.vllm.ai/en/v0.8.1/serving/openai_compatible_server.html
     """
-    skip = _not_checked(snap)
-    if skip:
-        return skip
     fact = snap.get("server.ready")
     if fact.ok:
         return None
@@ -227,7 +222,7 @@ def server_not_ready(snap):
 
 
 # --- GD802 -------------------------------------------------------------------------------
-@rule("GD802", "model-not-served", severity=ERROR, area="server")
+@rule("GD802", "model-not-served", severity=ERROR, area="server", applies=not_checked)
 def model_not_served(snap):
     """The model asked for is not the one the server serves (or the server lists none).
 
@@ -280,7 +275,7 @@ def model_not_served(snap):
 
 
 # --- GD803 -------------------------------------------------------------------------------
-@rule("GD803", "wrong-known-answer", severity=ERROR, area="server")
+@rule("GD803", "wrong-known-answer", severity=ERROR, area="server", applies=not_checked)
 def wrong_known_answer(snap):
     """A question with one exact answer, asked at temperature 0, got a wrong or degenerate answer.
 
@@ -318,7 +313,7 @@ def wrong_known_answer(snap):
 
 
 # --- GD804 -------------------------------------------------------------------------------
-@rule("GD804", "chat-answer-broken", severity=ERROR, area="server")
+@rule("GD804", "chat-answer-broken", severity=ERROR, area="server", applies=not_checked)
 def chat_answer_broken(snap):
     """The real-world chat request (a short Python function at temperature 0.6) is empty, degenerate or incomplete.
 
@@ -400,7 +395,7 @@ def chat_answer_broken(snap):
 
 
 # --- GD805 -------------------------------------------------------------------------------
-@rule("GD805", "stream-broken", severity=ERROR, area="server")
+@rule("GD805", "stream-broken", severity=ERROR, area="server", applies=not_checked)
 def stream_broken(snap):
     """Streaming is broken: malformed SSE, no `[DONE]`, no tokens, or no usage chunk.
 
@@ -444,7 +439,7 @@ def stream_broken(snap):
 
 
 # --- GD806 -------------------------------------------------------------------------------
-@rule("GD806", "concurrent-streams-fail", severity=ERROR, area="server")
+@rule("GD806", "concurrent-streams-fail", severity=ERROR, area="server", applies=not_checked)
 def concurrent_streams_fail(snap):
     """Not every one of N parallel streams completed.
 

@@ -20,6 +20,11 @@ from gpudoctor.rule import WARNING, Fail, Fix, NotApplicable, Unknown, rule
 FORMAT_WORDS = ("json",)
 
 
+def _server_checked(snap) -> Optional[NotApplicable]:
+    """These rules' precondition (``applies=``): the smoke check ran."""
+    return None if "server.url" in snap.facts else NotApplicable("no server was checked")
+
+
 def _norm(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
@@ -89,7 +94,7 @@ def _name_or_placeholder(snap, kind: str) -> Tuple[str, str]:
     return "NAME", f"the {kind} parser for this model family (`vllm serve --help` lists them)"
 
 
-@rule("GD810", "reasoning-parser-missing", severity=WARNING, area="server")
+@rule("GD810", "reasoning-parser-missing", severity=WARNING, area="server", applies=_server_checked)
 def reasoning_parser_missing(snap):
     """A reasoning model's thinking arrives as raw `<think>…</think>` in `content`: no (or the wrong) `--reasoning-parser`.
 
@@ -110,8 +115,6 @@ def reasoning_parser_missing(snap):
     - vLLM docs, Reasoning Outputs: https://docs.vllm.ai/en/latest/features/reasoning_outputs.html
     - vLLM source: `_REASONING_PARSERS_TO_REGISTER` in `vllm/reasoning/__init__.py`.
     """
-    if "server.url" not in snap.facts:
-        return NotApplicable("no server was checked")
     chat = snap.get("server.chat")
     known = snap.get("server.known_answer")
     steps = [f for f in (chat, known) if f.ok and isinstance(f.value, dict)]
@@ -141,7 +144,7 @@ def reasoning_parser_missing(snap):
     return None
 
 
-@rule("GD811", "tool-choice-not-enabled", severity=WARNING, area="server")
+@rule("GD811", "tool-choice-not-enabled", severity=WARNING, area="server", applies=_server_checked)
 def tool_choice_not_enabled(snap):
     """vLLM refuses `tool_choice: "auto"` because it was started without `--enable-auto-tool-choice`.
 
@@ -159,8 +162,6 @@ def tool_choice_not_enabled(snap):
     - vLLM docs, Tool Calling: https://docs.vllm.ai/en/latest/features/tool_calling.html
     - vLLM source: `_TOOL_PARSERS_TO_REGISTER` in `vllm/tool_parsers/__init__.py`.
     """
-    if "server.url" not in snap.facts:
-        return NotApplicable("no server was checked")
     fact = snap.get("server.tool_call")
     value = fact.value if isinstance(fact.value, dict) else {}
     message = str(value.get("message") or "")

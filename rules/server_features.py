@@ -12,7 +12,7 @@ import shlex
 
 from gpudoctor.rule import ERROR, INFO, WARNING, Fail, Fix, NotApplicable, Unknown, rule
 
-from .server import _smoke, _step, request_failure
+from .server import _smoke, _step, not_checked, request_failure
 
 # Below this acceptance rate, with at least MIN_DRAFT_TOKENS drafted, the drafter is loaded
 # but useless: a wrong target_layer_ids list or wrong drafter weights load silently and
@@ -25,7 +25,7 @@ LOW_MEAN_ACCEPTANCE_LENGTH = 1.2
 
 
 # --- GD807 -------------------------------------------------------------------------------
-@rule("GD807", "tool-call-broken", severity=ERROR, area="server")
+@rule("GD807", "tool-call-broken", severity=ERROR, area="server", applies=not_checked)
 def tool_call_broken(snap):
     """A tool call did not come back as a well-formed `tool_calls` entry with JSON arguments.
 
@@ -72,7 +72,7 @@ def tool_call_broken(snap):
 
 
 # --- GD808 -------------------------------------------------------------------------------
-@rule("GD808", "spec-decode-not-accepted", severity=ERROR, area="server")
+@rule("GD808", "spec-decode-not-accepted", severity=ERROR, area="server", applies=not_checked)
 def spec_decode_not_accepted(snap):
     """Speculative decoding is configured but useless: drafts are rejected, or no drafts happen at all.
 
@@ -175,7 +175,7 @@ def _spec_causes(snap) -> Fix:
 
 
 # --- GD812 -------------------------------------------------------------------------------
-@rule("GD812", "streamed-tool-call-broken", severity=ERROR, area="server")
+@rule("GD812", "streamed-tool-call-broken", severity=ERROR, area="server", applies=not_checked)
 def streamed_tool_call_broken(snap):
     """A streamed tool call is malformed: the deltas lack id/type/name, or the argument fragments do not join into JSON.
 
@@ -265,7 +265,7 @@ def long_context_fails(snap):
 
 
 # --- GD809 -------------------------------------------------------------------------------
-@rule("GD809", "reasoning-field-name", severity=INFO, area="server")
+@rule("GD809", "reasoning-field-name", severity=INFO, area="server", applies=not_checked)
 def reasoning_field_name(snap):
     """Which field carries the reasoning text: `reasoning` (current vLLM) or `reasoning_content` (older, DeepSeek style).
 

@@ -217,7 +217,7 @@ def _file_line(entry: Dict[str, Any]) -> str:
 
 
 def loads(snap) -> Dict[str, Dict[str, Any]]:
-    """What --deep saw loading each torch extension after import torch (probes/deep_ext.py), by path."""
+    """What --deep saw loading each torch extension after import torch (probes/deep_extensions_load.py), by path."""
     value = snap.value("torch.extensions_load")
     items = value.get("extensions") if isinstance(value, dict) else None
     return {os.path.normpath(str(e["path"])): e for e in items or [] if isinstance(e, dict) and isinstance(e.get("path"), str)}

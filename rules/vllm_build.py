@@ -2,7 +2,7 @@
 
 Facts come from probes/vllm_build.py (``vllm.build``, ``vllm.code_markers``,
 ``vllm.fix_commits``, ``vllm.env_vars``; read from dist-info and files, vLLM never imported,
-git never run) and, under ``--deep``, probes/deep.py (``vllm.import_check``). GD501–GD507
+git never run) and, under ``--deep``, probes/deep_import_check.py (``vllm.import_check``). GD501–GD507
 (rules/python_stack.py) cover torch itself and the generic requirement check; GD503 leaves
 vLLM's binary pins to GD510 so that they are reported once.
 """

@@ -5,7 +5,7 @@
 # puts a .pth file into this interpreter's site-packages for the run, so every Python process
 # of this venv started under it measures itself; interpreters of other venvs (the real-wheel
 # venvs, `--python` targets) are not measured, and code shipped to a child as a string
-# (probes/pystack.py) has no file to count.
+# (probes/python_stack.py) has no file to count.
 #
 #   scripts/coverage.sh                 # fast suite, -n 2: the 40 least covered modules (SHOW=N) and the total
 #   JOBS=4 scripts/coverage.sh tests/test_cluster.py   # any pytest arguments

@@ -119,13 +119,13 @@ def _proc_version(data: bytes):
 
 
 def _version_py(data: bytes):
-    from gpudoctor.probes.pyenv import read_version_py
+    from gpudoctor.probes.python_stack_read import read_version_py
 
     return read_version_py(_text(data))
 
 
 def _headers(data: bytes):
-    from gpudoctor.probes.pyenv import parse_headers
+    from gpudoctor.probes.python_stack_read import parse_headers
 
     return parse_headers(_text(data))
 
@@ -220,7 +220,7 @@ def _versions(data: bytes):
 
 
 def _gpu_spec(data: bytes):
-    from gpudoctor.gpu_table import parse_spec
+    from gpudoctor.gpu_target import parse_spec
 
     return parse_spec(_text(data)[:200])
 
@@ -289,7 +289,7 @@ TOMLS = [b'[tool.gpudoctor]\nfail-on = "warning"\nselect = ["GD1", "GD5"]\n', b'
 def targets() -> List[Target]:
     from gpudoctor.bounded import InputError
     from gpudoctor.config import ConfigError
-    from gpudoctor.gpu_table import SpecError
+    from gpudoctor.gpu_target import SpecError
     from gpudoctor.probes.smoke.client import URLError
     from gpudoctor.snapshot import SnapshotError
 
@@ -298,8 +298,8 @@ def targets() -> List[Target]:
         Target("snapshot", _snapshot, (InputError, SnapshotError), _snapshot_seeds()),
         Target("nvidia_smi.parse_xml", _nvidia_smi, (), _files("nvidia-smi-xml/*.xml", "ground_truth/h200/*.xml")),
         Target("driver.parse_proc_version", _proc_version, (), _files("proc-driver-version/*.txt")),
-        Target("pyenv.read_version_py", _version_py, (SyntaxError, ValueError, MemoryError, RecursionError), VERSIONS),
-        Target("pyenv.parse_headers", _headers, (), _metadata_seeds()),
+        Target("python_stack_read.read_version_py", _version_py, (SyntaxError, ValueError, MemoryError, RecursionError), VERSIONS),
+        Target("python_stack_read.parse_headers", _headers, (), _metadata_seeds()),
         Target("launch.parse", _launch, (), COMMANDS),
         Target("launch.expand_split", _command_lines, (ValueError,), COMMANDS),
         Target("visible.resolve", _visible, (), [b"0,1", b"GPU-1b2f", b"MIG-x,0", b""]),
@@ -311,7 +311,7 @@ def targets() -> List[Target]:
         Target("processes.parse_stat_net_tcp", _stat, (), STAT + NET_TCP),
         Target("fatbin.scan", _fatbin, (), _fatbin_seeds()),
         Target("versions", _versions, (), [b"0.11.0+cu128", b"2.8.3+cu12torch2.7cxx11abiTRUE", b"0.10.2.dev123+g1234abc"]),
-        Target("gpu_table.parse_spec", _gpu_spec, (SpecError,), [b"sm_80", b"8.6", b"A100", b"RTX 4090", b"2xH100-80GB"]),
+        Target("gpu_target.parse_spec", _gpu_spec, (SpecError,), [b"sm_80", b"8.6", b"A100", b"RTX 4090", b"2xH100-80GB"]),
         Target("human_int", _int, (ValueError,), [b"32k", b"32K", b"auto", b"1.5m", b"-1"]),
         Target("model.safetensors_header", _safetensors, (), SAFETENSORS),
         Target("explain.read_stream_file", _stdin_file, (), LOGS),

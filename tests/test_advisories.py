@@ -1,7 +1,7 @@
 """Known-fix advisories (gpudoctor/knowledge/advisories.py): data, evaluation by source markers, release version and
 commit history, ``advisories_for`` as the launch checks call it, and GD514.
 
-vLLM trees carry the real shapes of the code before and after each PR (tests/flash_attn_trees.py);
+vLLM trees carry the real shapes of the code before and after each PR (tests/fakes/flash_attn_trees.py);
 git histories are real repositories made here (packed with ``git gc --aggressive``, so commits are
 stored as deltas, as in a real clone), and every object the probe reads is compared with
 ``git cat-file``.
@@ -22,7 +22,7 @@ from gpudoctor.snapshot import Fact, Snapshot
 from gpudoctor.knowledge import advisories
 from gpudoctor.knowledge.advisories import Advisory, advisories_for, probe_options
 from helpers import outcome
-from flash_attn_trees import (DFLASH_AFTER_46104, DFLASH_BEFORE_46104, RUNNER_AFTER_40727, RUNNER_BEFORE_40727, snapshot,
+from fakes.flash_attn_trees import (DFLASH_AFTER_46104, DFLASH_BEFORE_46104, RUNNER_AFTER_40727, RUNNER_BEFORE_40727, snapshot,
                               torch_site, vllm)
 from fakes.site_packages import SitePackages
 from fakes.vllm_checkout import git, install_editable, make_checkout

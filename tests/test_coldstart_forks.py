@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from gpudoctor.probes import coldstart, dist_records, fatbin, forks, kernel_scan, pyenv, scancache
+from gpudoctor.probes import coldstart, dist_records, fatbin, forks, kernel_scan, python_stack_read, scancache
 from helpers import reaped
 from fakes.fatbin_files import REAL, _many_containers
 from fakes.site_packages import SM80_SM90_PTX90, SM86, SitePackages
@@ -171,7 +171,7 @@ def test_a_first_runs_records_are_parsed_in_forks_as_here(tmp_path, four_cpus, m
         site.dist(f"pkg{i}", "1.0", files={f"pkg{i}/__init__.py": "", f"pkg{i}/lib/_k{i}.so": SM86})
     record = site.path / "pkg3-1.0.dist-info" / "RECORD"
     record.write_text(record.read_text() + '"pkg3/odd,name.so",sha256=x,1\n')
-    first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
+    first, _, _ = python_stack_read.scan_dists([str(site.path)], read_all=False)
     monkeypatch.setattr(dist_records, "RECORDS_PER_WORKER", 4)
     made: List = []
     _after(monkeypatch, "spawn", made.append)
@@ -197,7 +197,7 @@ def test_the_early_scan_gives_up_its_forks_when_the_candidates_raise(tmp_path, f
         raise RuntimeError("a bug after the early start")
 
     monkeypatch.setattr(kernel_scan, "not_in_record", broken)
-    first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
+    first, _, _ = python_stack_read.scan_dists([str(site.path)], read_all=False)
     with pytest.raises(RuntimeError):
         kernel_scan.collect([str(site.path)], first, {}, fatbin.scan, environ={"GPUDOCTOR_CACHE": "off"}, save=False)
     assert len(made) == 4 and all(reaped(fork[0]) for fork in made)
@@ -213,7 +213,7 @@ def test_the_early_scan_of_record_files_answers_as_the_plain_scan(tmp_path, four
     time.sleep(0.01)
     copied.write_bytes(SM86.read_bytes())
     monkeypatch.setattr(coldstart, "page_cache_cold", lambda paths, sample=8: True)
-    first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
+    first, _, _ = python_stack_read.scan_dists([str(site.path)], read_all=False)
     started: List[int] = []
     real_start = coldstart.start
     monkeypatch.setattr(coldstart, "start", lambda paths, sizes, keep_one=False: started.append(len(paths)) or real_start(paths, sizes, keep_one))
@@ -231,6 +231,6 @@ def test_a_warm_page_cache_starts_no_early_scan(tmp_path, four_cpus, monkeypatch
     site.dist("team-kernels", "0.3.1", files={f"tk/v{i}/_k{i}.so": SM86 for i in range(40)})
     monkeypatch.setattr(coldstart, "page_cache_cold", lambda paths, sample=8: False)
     monkeypatch.setattr(coldstart, "start", lambda *a, **k: pytest.fail("no fork for a warm page cache"))
-    first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
+    first, _, _ = python_stack_read.scan_dists([str(site.path)], read_all=False)
     facts = kernel_scan.collect([str(site.path)], first, {}, fatbin.scan, environ={"GPUDOCTOR_CACHE": "off"}, save=False)
     assert "prefetch" not in facts["kernels.scan"]["value"] and len(facts["kernels.binaries"]["value"]) == 40

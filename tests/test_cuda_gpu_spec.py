@@ -1,4 +1,4 @@
-"""gpudoctor.gpu_table: --gpu SPEC parsing, product name -> compute capability, the snapshot override.
+"""gpudoctor.gpu_target: --gpu SPEC parsing, product name -> compute capability, the snapshot override.
 
 The name table is checked against pairs real tools printed: NVML (H200 capture), and
 ``nvidia-smi --query-gpu=name,compute_cap`` outputs from public repositories
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.gpu_table import SpecError, cc_for_name, override_snapshot, parse_spec
+from gpudoctor.gpu_target import SpecError, cc_for_name, override_snapshot, parse_spec
 from gpudoctor.probes import nvidia_smi
 from gpudoctor.snapshot import Snapshot
 

@@ -1,5 +1,5 @@
 """scripts/device/child_timeline.py (the H200 cold-start timeline) runs here too: its stamps find
-their places in today's pyenv_collect.py (an anchor that moved fails here, not on the device, where time
+their places in today's python_stack_collect.py (an anchor that moved fails here, not on the device, where time
 is scarce), and the steps come back in the order the child takes them."""
 
 from __future__ import annotations

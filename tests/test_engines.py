@@ -1,12 +1,12 @@
 """Which inference engines are installed (vLLM, SGLang, both) is a fact, and check and report name them.
 
-The environments are dist-info trees as pip writes them (tests/flash_attn_trees.py), read by the
-real probe (pyenv_collect.collect_plain); SGLang's Requires-Dist is its 0.5.23 wheel's.
+The environments are dist-info trees as pip writes them (tests/fakes/flash_attn_trees.py), read by the
+real probe (python_stack_collect.collect_plain); SGLang's Requires-Dist is its 0.5.23 wheel's.
 """
 
 from __future__ import annotations
 
-from flash_attn_trees import fa4, sglang, snapshot, torch_site, vllm
+from fakes.flash_attn_trees import fa4, sglang, snapshot, torch_site, vllm
 from gpudoctor.render import headlines
 from gpudoctor.report_sections import version_rows
 from fakes.site_packages import SitePackages

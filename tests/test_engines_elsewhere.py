@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from gpudoctor.cli import main
-from launch_fakes import fake_vllm
+from fakes.launch_trees import fake_vllm
 
 
 def check(environ):

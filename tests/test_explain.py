@@ -455,7 +455,7 @@ def test_vllm_undefined_symbol_is_confirmed_by_the_real_package_probe(tmp_path):
     """The brief's "this machine: X built for torch A, torch B installed -> that is it", end to end:
     the Python-environment probe reads a site-packages where vLLM pins torch 2.8.0 and torch 2.9.0
     is installed, and GD510 confirms the undefined-symbol error pasted from vllm-project/vllm#20361."""
-    from gpudoctor.probes import pyenv_collect
+    from gpudoctor.probes import python_stack_collect
 
     def dist(name, version, requires=()):
         info = tmp_path / f"{name}-{version}.dist-info"
@@ -469,7 +469,7 @@ def test_vllm_undefined_symbol_is_confirmed_by_the_real_package_probe(tmp_path):
     dist("torch", "2.9.0")
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "version.py").write_text("__version__ = '2.9.0+cu128'\ncuda = '12.8'\n", encoding="utf-8")
-    snap = Snapshot.from_json({"schema_version": 1, "facts": pyenv_collect.collect_plain(paths=[str(tmp_path)])})
+    snap = Snapshot.from_json({"schema_version": 1, "facts": python_stack_collect.collect_plain(paths=[str(tmp_path)])})
     (match,) = explain.match_text(text_of("vllm-project/vllm#20361"))
     conf = explain.confirm(match.signature, snap)
     assert conf.verdict == "confirmed"

@@ -359,7 +359,8 @@ def _python_for(uid: int) -> Optional[str]:
 
 def test_unreadable_file(tmp_path):
     """chmod 000. Root reads it anyway, so as root the scan runs in a child process as nobody
-    (uid 65534), from a copy of the module run on its own: the stdlib-only script form."""
+    (uid 65534), from a copy of the module and the two it imports, run on their own: the
+    stdlib-only script form (gpudoctor/probes/ holding only those three, as python_stack's child does)."""
     if os.geteuid() != 0:
         locked = tmp_path / "locked.so"
         shutil.copy(PTX90, locked)
@@ -370,9 +371,16 @@ def test_unreadable_file(tmp_path):
     work = Path(tempfile.mkdtemp(prefix="gpudoctor-fatbin-"))
     try:
         work.chmod(0o755)
-        shutil.copy(Path(fatbin.__file__), work / "fatbin_probe.py")
-        shutil.copy(Path(fatbin.__file__).with_name("elf.py"), work / "elf.py")  # the ELF reader it uses
-        shutil.copy(Path(fatbin.__file__).with_name("fatbin_result.py"), work / "fatbin_result.py")  # and its result type
+        package = work / "gpudoctor" / "probes"
+        package.mkdir(parents=True)
+        for init in (work / "gpudoctor" / "__init__.py", package / "__init__.py"):
+            init.write_text("")
+            init.parent.chmod(0o755)
+        shutil.copy(Path(fatbin.__file__), package / "fatbin.py")
+        shutil.copy(Path(fatbin.__file__).with_name("elf.py"), package / "elf.py")  # the ELF reader it uses
+        shutil.copy(Path(fatbin.__file__).with_name("fatbin_result.py"), package / "fatbin_result.py")  # and its result type
+        (work / "fatbin_probe.py").write_text("import runpy, sys\nsys.path.insert(0, sys.argv.pop(1))\n"
+                                              "runpy.run_module('gpudoctor.probes.fatbin', run_name='__main__')\n")
         locked = work / "locked.so"
         shutil.copy(PTX90, locked)
         locked.chmod(0)
@@ -382,7 +390,7 @@ def test_unreadable_file(tmp_path):
         python = _python_for(65534)
         if python is None:
             pytest.skip("no Python interpreter that uid 65534 may run")
-        proc = subprocess.run([python, "-I", str(work / "fatbin_probe.py"), str(locked), str(readable)],
+        proc = subprocess.run([python, "-I", str(work / "fatbin_probe.py"), str(work), str(locked), str(readable)],
                               user=65534, group=65534, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, timeout=60)
         assert proc.returncode == 0, proc.stderr

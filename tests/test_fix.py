@@ -14,7 +14,7 @@ import pytest
 
 from gpudoctor import actions, fix
 from gpudoctor.rule import Fix
-from test_processes_helpers import (  # noqa: F401  (spawner is a fixture)
+from fakes.processes import (  # noqa: F401  (spawner is a fixture)
     NOBODY,
     fake_root,
     gone,

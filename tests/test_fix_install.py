@@ -1,6 +1,6 @@
 """Issue 29: `gpudoctor fix` replaces and installs with the environment's own pip, or changes nothing.
 
-Real venvs (with pip) and real wheels built here (tests/test_fix_stack.py's ``build_wheel``), served
+Real venvs (with pip) and real wheels built here (tests/fakes/pip_venvs.py's ``build_wheel``), served
 to the venv's pip through its own configuration (``PIP_FIND_LINKS`` / ``PIP_NO_INDEX``, what a
 user's pip.conf would say): gpudoctor adds nothing to it. ``corelib`` plays torch, ``ext`` an
 extension built for one corelib release (its exact pin), as torchvision pins torch. Every failure
@@ -19,14 +19,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from test_fix_stack import base_venv, build_wheel, pip_install, python_of, record_state, site_packages, tree  # noqa: F401
 
 from gpudoctor import actions, runner, stack_fix, stack_install, stack_space
 from gpudoctor.probes import pip_running
 
+from fakes.pip_venvs import base_venv, build_wheel, pip_install, python_of, record_state, site_packages, tree  # noqa: F401 (a fixture)
+
 
 @pytest.fixture
-def venv(base_venv, tmp_path) -> Path:  # noqa: F811 (the module-scoped fixture of tests/test_fix_stack.py)
+def venv(base_venv, tmp_path) -> Path:  # noqa: F811 (base_venv: the module-scoped fixture of tests/fakes/pip_venvs.py)
     where = tmp_path / "venv"
     subprocess.run(["cp", "-a", str(base_venv), str(where)], check=True)
     return where
@@ -102,7 +103,7 @@ def test_replace_action_argv_and_index_note():
 def test_gd508_fix_command_is_the_replace_actions_command(tmp_path):
     """One source: GD508's command for an extension built for another torch is its action's command."""
     from cases.torch_extensions import site
-    from test_torch_links import CHECK, OLD_ABI
+    from fakes.torch_extensions import CHECK, OLD_ABI
 
     from gpudoctor import registry
     from gpudoctor.engine import run_rules

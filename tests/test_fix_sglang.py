@@ -29,7 +29,7 @@ import pytest
 
 from gpudoctor.probes import processes as probe
 from rules.process_view import CHILD_ROLES
-from test_processes_helpers import (
+from fakes.processes import (
     _STARTS,
     _can_unshare,
     gone,
@@ -247,7 +247,7 @@ def test_sglang_shm_segments_are_left_over_only_once_their_creator_is_gone(tmp_p
     removes; the load snapshot and host pool files are SGLang's too."""
     from gpudoctor import actions, fix, registry
     from gpudoctor.engine import run_rules
-    from test_processes_helpers import fake_root, shm_file
+    from fakes.processes import fake_root, shm_file
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
     root = fake_root(tmp_path)

@@ -15,10 +15,10 @@ import time
 import zipfile
 from pathlib import Path
 
-from test_fix_stack import build_wheel
-
 from gpudoctor import stack_space
 from gpudoctor.probes import download_size
+
+from fakes.pip_venvs import build_wheel
 
 
 def test_a_local_wheel_has_its_download_and_unpacked_size(tmp_path):

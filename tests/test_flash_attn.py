@@ -1,6 +1,6 @@
 """flash-attn inventory (probes/flash_attn.py) and the GD4xx rules, on real site-packages trees.
 
-The trees are built by tests/flash_attn_trees.py (real dist-info, RECORD with real hashes,
+The trees are built by tests/fakes/flash_attn_trees.py (real dist-info, RECORD with real hashes,
 real ELF files); the probe is the real stdlib collector; the rules run through the engine.
 Nothing of gpudoctor is mocked.
 """
@@ -14,7 +14,7 @@ import pytest
 from gpudoctor.probes import flash_attn as probe
 from gpudoctor.snapshot import ok
 from helpers import findings, outcome
-from flash_attn_trees import (EXT_OLD, ROTARY_GUARDED, TORCHABI, collect, fa2, fa4, sglang, snapshot, torch_site, vllm)
+from fakes.flash_attn_trees import (EXT_OLD, ROTARY_GUARDED, TORCHABI, collect, fa2, fa4, sglang, snapshot, torch_site, vllm)
 from fakes.site_packages import FA2_SO, SM86, SitePackages
 
 PY = shlex.quote(sys.executable)
@@ -380,7 +380,7 @@ def test_broken_files_never_crash_the_inventory(site):
 
 
 def test_a_collector_that_raises_becomes_error_facts(site):
-    from gpudoctor.probes import pyenv_collect
+    from gpudoctor.probes import python_stack_collect
 
     torch_site(site)
 
@@ -388,7 +388,7 @@ def test_a_collector_that_raises_becomes_error_facts(site):
         raise RuntimeError("bad day")
 
     boom.__module__ = probe.__name__
-    facts = pyenv_collect.collect_plain([str(site.path)], "stack", None, [boom])
+    facts = python_stack_collect.collect_plain([str(site.path)], "stack", None, [boom])
     assert facts["flash_attn.variants"]["status"] == "error" and "RuntimeError: bad day" in facts["flash_attn.variants"]["detail"]
     assert facts["torch.version"]["status"] == "ok"
 

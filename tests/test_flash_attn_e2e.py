@@ -15,7 +15,7 @@ import pytest
 
 from gpudoctor.render import headlines
 from gpudoctor.snapshot import Snapshot
-from flash_attn_trees import EXT_GOOD, EXT_OLD, fa2, fa4, torch_site, vllm
+from fakes.flash_attn_trees import EXT_GOOD, EXT_OLD, fa2, fa4, torch_site, vllm
 from fakes.site_packages import SitePackages, make_venv, venv_site
 from helpers import private_env
 from helpers import doc_findings as findings, doc_outcome as outcome, gd
@@ -138,16 +138,16 @@ def test_matching_build_loads_under_deep(tmp_path):
 
 
 def test_the_child_gives_the_in_process_facts_with_or_without_the_collectors(tmp_path):
-    """pystack's bootstrap compiles the flash-attn / vLLM collectors in the --python child only when
+    """python_stack's bootstrap compiles the flash-attn / vLLM collectors in the --python child only when
     the environment has something for them; either way the facts are the ones the in-process probe gives."""
-    from gpudoctor.probes import flash_attn, pystack, vllm_build
+    from gpudoctor.probes import flash_attn, python_stack, vllm_build
 
     python = make_venv(tmp_path / "venv")
-    facts = pystack.collect_other(str(python), private_env(PATH="/nonexistent"), 60)
+    facts = python_stack.collect_other(str(python), private_env(PATH="/nonexistent"), 60)
     for path, data in {**flash_attn.empty_facts(), **vllm_build.empty_facts()}.items():
         assert (facts[path].value, facts[path].status, facts[path].detail) == (data["value"], data["status"], data.get("detail", "")), path
     # A bare flash_attn directory (no distribution) is enough to run the collector: a namespace package.
     (venv_site(tmp_path / "venv") / "flash_attn" / "cute").mkdir(parents=True)
-    facts = pystack.collect_other(str(python), private_env(PATH="/nonexistent"), 60)
+    facts = python_stack.collect_other(str(python), private_env(PATH="/nonexistent"), 60)
     namespace = facts["flash_attn.namespace"].value
     assert namespace["importable"] and namespace["kind"] == "namespace" and not namespace["ops"]

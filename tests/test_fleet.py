@@ -3,65 +3,18 @@ naming the odd nodes in its first screen, secrets still masked in a fleet's JSON
 
 from __future__ import annotations
 
-import io
 import json
-from pathlib import Path
 
 import pytest
 
 from gpudoctor import cluster
-from gpudoctor.cli import main
 from gpudoctor.render import fleet_json
 from gpudoctor.snapshot import Snapshot
-from helpers import private_env
-
-RECORDED = Path(__file__).parent / "fixtures" / "snapshots"
-
-
-def gd(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), environ=private_env(NO_COLOR="1"), stdout=out, stderr=err)
-    assert "Traceback" not in out.getvalue() + err.getvalue()
-    return code, out.getvalue(), err.getvalue()
-
-
-def write_fleet(folder: Path, count: int, plants=None):
-    """``count`` copies of the real H200 snapshot, host names node0000 …; ``plants``: name -> edit."""
-    base = json.loads((RECORDED / "h200-full.json").read_text())
-    paths = []
-    for index in range(count):
-        name = f"node{index:04d}"
-        data = json.loads(json.dumps(base))
-        if plants and name in plants:
-            data = plants[name](data)
-        data["facts"]["host.hostname"] = {"source": "uname", "status": "ok", "value": name}
-        path = folder / f"{name}.json"
-        path.write_text(json.dumps(data))
-        paths.append(str(path))
-    return paths
-
-
-def _driver(data):
-    data["facts"]["driver.version"]["value"] = "570.86.15"
-    return data
-
-
-def _torch(data):
-    data["facts"]["torch.version"]["value"] = "2.9.0+cu128"
-    return data
-
-
-def _stale(_):
-    return json.loads((RECORDED / "h200-stale-engine.json").read_text())
-
-
-def _args(paths):
-    return [arg for path in paths for arg in ("--snapshot", path)]
-
+from fakes.fleet import RECORDED, gd, old_driver, old_torch, snapshot_args, stale_engine, write_fleet
 
 def test_256_nodes_three_planted_differences_are_named_in_the_first_screen(tmp_path):
-    paths = write_fleet(tmp_path, 256, {"node0017": _driver, "node0044": _torch, "node0101": _stale})
-    code, out, _ = gd("check", *_args(paths))
+    paths = write_fleet(tmp_path, 256, {"node0017": old_driver, "node0044": old_torch, "node0101": stale_engine})
+    code, out, _ = gd("check", *snapshot_args(paths))
     screen = "\n".join(out.splitlines()[:12])
     assert code == 1
     assert "driver" in screen and "580.159.04 on 255 nodes; 570.86.15 on node0017" in screen, screen
@@ -73,7 +26,7 @@ def test_256_nodes_three_planted_differences_are_named_in_the_first_screen(tmp_p
     assert len(out.splitlines()) < 120  # not one block per node
     # The JSON report names the same three nodes: the matrix rows' values with their nodes, the
     # stale engine's finding with its node.
-    _, out, _ = gd("check", *_args(paths), "--format", "json")
+    _, out, _ = gd("check", *snapshot_args(paths), "--format", "json")
     document = json.loads(out)
     rows = {row["label"]: row["groups"] for row in document["matrix"]["rows"]}
     assert {"value": "570.86.15", "nodes": ["node0017"]} in rows["driver"] and len(rows["driver"][0]["nodes"]) == 255
@@ -84,16 +37,16 @@ def test_256_nodes_three_planted_differences_are_named_in_the_first_screen(tmp_p
 
 def test_identical_nodes_form_one_group(tmp_path):
     paths = write_fleet(tmp_path, 20)
-    _, out, _ = gd("check", *_args(paths))
+    _, out, _ = gd("check", *snapshot_args(paths))
     assert "20 nodes: identical, 0 findings" in out
     assert "Differences" not in out
-    code, verbose, _ = gd("check", *_args(paths), "-v")
+    code, verbose, _ = gd("check", *snapshot_args(paths), "-v")
     assert "20 nodes: identical" in verbose and "not applicable" in verbose
 
 
 def test_a_dozen_nodes_keep_the_matrix(tmp_path):
-    paths = write_fleet(tmp_path, 3, {"node0001": _driver})
-    _, out, _ = gd("check", *_args(paths))
+    paths = write_fleet(tmp_path, 3, {"node0001": old_driver})
+    _, out, _ = gd("check", *snapshot_args(paths))
     header = next(line for line in out.splitlines() if "node0000" in line)
     assert "node0001" in header and "node0002" in header  # one column per node
     assert "identical" not in out
@@ -106,7 +59,7 @@ def test_a_fleet_json_keeps_secrets_masked(tmp_path):
         return data
 
     paths = write_fleet(tmp_path, 40, {"node0007": secret})
-    _, out, _ = gd("check", *_args(paths), "--format", "json")
+    _, out, _ = gd("check", *snapshot_args(paths), "--format", "json")
     assert "abcdefghijklmnop" not in out and "s3cr3tvalue" not in out
     document = json.loads(out)
     assert [n["name"] for n in document["nodes"]] == [f"node{i:04d}" for i in range(40)]
@@ -134,13 +87,13 @@ def test_cost_per_node_does_not_grow(tmp_path, count):
 
     paths = write_fleet(tmp_path, count)
     start = time.perf_counter()
-    gd("check", *_args(paths))
+    gd("check", *snapshot_args(paths))
     per_node = (time.perf_counter() - start) / count
     assert per_node < 0.05, per_node  # measured 4-7 ms a node on a loaded 2-core box (was 26 ms at 256)
 
 
 def test_a_directory_or_a_glob_of_snapshots_is_a_fleet(tmp_path):
-    write_fleet(tmp_path, 14, {"node0003": _driver})
+    write_fleet(tmp_path, 14, {"node0003": old_driver})
     (tmp_path / "notes.txt").write_text("not a snapshot")
     code, from_dir, _ = gd("check", "--snapshot", str(tmp_path))
     assert "14 nodes via files: 14 ok" in from_dir and "570.86.15 on node0003" in from_dir

@@ -10,11 +10,11 @@ from gpudoctor.commands.cluster import evaluate
 from gpudoctor.redact import MASK, Redactor
 from gpudoctor.render import fleet_json
 from gpudoctor.snapshot import Snapshot
-from test_fleet import RECORDED, _args, _driver, _stale, gd, write_fleet
+from fakes.fleet import RECORDED, gd, old_driver, snapshot_args, stale_engine, write_fleet
 
 
 def _document(paths, *extra):
-    code, out, _ = gd("check", *_args(paths), "--format", "json", *extra)
+    code, out, _ = gd("check", *snapshot_args(paths), "--format", "json", *extra)
     return code, json.loads(out), out
 
 
@@ -29,7 +29,7 @@ def test_every_node_is_kept_and_rebuilt_exactly(tmp_path):
         del data["facts"]["torch.version"]
         return data
 
-    paths = write_fleet(tmp_path, 12, {"node0003": _driver, "node0005": lacks_torch, "node0009": _stale})
+    paths = write_fleet(tmp_path, 12, {"node0003": old_driver, "node0005": lacks_torch, "node0009": stale_engine})
     code, document, _ = _document(paths)
     assert document["schema_version"] == 2 and document["kind"] == "gpudoctor.cluster" and code == 1
     assert [n["name"] for n in document["nodes"]] == [f"node{i:04d}" for i in range(12)]
@@ -91,7 +91,7 @@ def test_a_secret_named_fact_is_masked_in_the_shared_table(tmp_path):
 
 
 def test_identical_facts_are_held_once_across_node_files(tmp_path):
-    paths = write_fleet(tmp_path, 3, {"node0001": _driver})
+    paths = write_fleet(tmp_path, 3, {"node0001": old_driver})
     merged = cluster.from_files(paths)
     nodes = dict(cluster.reachable(merged))
     first, second, third = nodes["node0000"], nodes["node0001"], nodes["node0002"]
@@ -104,7 +104,7 @@ def test_identical_facts_are_held_once_across_node_files(tmp_path):
 def test_a_cluster_report_in_json_is_schema_2(tmp_path):
     paths = write_fleet(tmp_path, 3)
     saved = tmp_path / "cluster-saved.json"
-    gd("cluster", *_args(paths), "--save", str(saved))
+    gd("cluster", *snapshot_args(paths), "--save", str(saved))
     code, out, _ = gd("report", "--snapshot", str(saved), "--format", "json")
     document = json.loads(out)
     assert document["schema_version"] == 2 and [n["name"] for n in document["nodes"]] == ["node0000", "node0001", "node0002"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpudoctor import cli
-from gpudoctor.gpu_table import SpecError, parse_spec
-from launch_fakes import fake_vllm, qwen36_model, small_model
+from gpudoctor.gpu_target import SpecError, parse_spec
+from fakes.launch_trees import fake_vllm, qwen36_model, small_model
 
 H200 = str(Path(__file__).resolve().parent / "fixtures" / "snapshots" / "h200.json")
 GIB = 2**30

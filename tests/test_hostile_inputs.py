@@ -25,7 +25,7 @@ from gpudoctor import bounded, runner
 from gpudoctor.cli import main
 from gpudoctor.probes.launch import command_file
 from gpudoctor.probes.launch import parser as launch_parser
-from gpudoctor.probes import pyenv, vllm_build
+from gpudoctor.probes import python_stack_read, vllm_build
 from gpudoctor.probes.cuda import toolkit_version_file
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.visible import resolve
@@ -280,8 +280,8 @@ def test_a_nul_byte_in_one_record_line_loses_only_that_line(tmp_path):
     (site / "torch" / "__init__.py").write_text("")
     (site / "torch" / "lib" / "libc10.so").write_bytes(b"")
     _dist(site, "torch", "2.9.0", b"torch/__init__.py,,\ntorch/lib/li\0bad.so,,\ntorch/lib/libc10.so,,\ntorch/lib/gone.so,,\n")
-    dists, _, _ = pyenv.scan_dists([str(site)])
-    result = pyenv.record_check(dists["torch"])
+    dists, _, _ = python_stack_read.scan_dists([str(site)])
+    result = python_stack_read.record_check(dists["torch"])
     assert result["record"] == "ok" and result["missing"] == ["torch/lib/gone.so"]
 
 
@@ -289,7 +289,7 @@ def test_a_symlink_cycle_in_site_packages_is_not_a_second_install(tmp_path):
     site = tmp_path / "site"
     _dist(site, "torch", "2.9.0")
     (site / "loop").symlink_to(site)
-    dists, shadowed, _ = pyenv.scan_dists([str(site), str(site / "loop"), str(site / "loop" / "loop")])
+    dists, shadowed, _ = python_stack_read.scan_dists([str(site), str(site / "loop"), str(site / "loop" / "loop")])
     assert "torch" in dists and not shadowed
 
 
@@ -297,7 +297,7 @@ def test_a_symlink_cycle_in_site_packages_is_not_a_second_install(tmp_path):
 def test_unary_minus_chains_in_torch_version_py(tmp_path, prefix):
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "version.py").write_text(f"__version__ = {prefix}1\ncuda = '12.8'\n")
-    facts = pyenv.torch_facts([str(tmp_path)])
+    facts = python_stack_read.torch_facts([str(tmp_path)])
     assert facts["torch.version"]["status"] in ("ok", "absent", "error")  # -1 is not a constant: absent
 
 
@@ -309,7 +309,7 @@ def test_an_elf_header_asking_for_a_4_gib_read(tmp_path):
     lib = tmp_path / "libc10.so"
     lib.write_bytes(bytes(header))
     with pytest.raises(ValueError):
-        pyenv.elf_section(str(lib), ".dynstr", 1 << 20)
+        python_stack_read.elf_section(str(lib), ".dynstr", 1 << 20)
 
 
 # --- typed facts --------------------------------------------------------------------------------
@@ -330,7 +330,7 @@ def test_a_fact_of_an_unexpected_type_is_unknown_not_a_crash():
 # --- smoke under the overall deadline ---------------------------------------------------------------
 def test_a_step_with_no_time_left_is_unknown_deadline_not_a_failure():
     sys.path.insert(0, str(REPO / "tests"))
-    from smoke_servers import WireServer
+    from fakes.smoke_servers import WireServer
 
     from gpudoctor import registry
     from gpudoctor.engine import run_rules
@@ -351,7 +351,7 @@ def test_a_step_with_no_time_left_is_unknown_deadline_not_a_failure():
 
 def test_a_deeply_nested_server_body_is_invalid_json_not_a_crashed_probe():
     sys.path.insert(0, str(REPO / "tests"))
-    from smoke_servers import WireServer
+    from fakes.smoke_servers import WireServer
 
     from gpudoctor.probes.smoke import client as smoke_client
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudoctor.probes import fatbin, kernel_scan, pyenv, scancache
+from gpudoctor.probes import fatbin, kernel_scan, python_stack_read, scancache
 
 from fakes.site_packages import COMPRESSED, SM80_SM90_PTX90, SM86, SitePackages, make_venv, venv_site
 from helpers import gd
@@ -109,7 +109,7 @@ def test_a_warm_run_takes_every_scan_from_the_cache(unknown_venv, tmp_path, monk
 
 # --- the cache itself -------------------------------------------------------------------------
 def scan_site(site):
-    first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
+    first, _, _ = python_stack_read.scan_dists([str(site.path)], read_all=False)
     return kernel_scan.collect([str(site.path)], first, {}, fatbin.scan)
 
 
@@ -243,18 +243,18 @@ def test_explain_no_kernel_image_is_confirmed_naming_the_binary(unknown_venv):
 
 
 def test_the_probe_code_cache_of_the_child_survives_garbage(unknown_venv, tmp_path):
-    from gpudoctor.probes import pystack
+    from gpudoctor.probes import python_stack
 
     python, _ = unknown_venv
     env = dict(os.environ, GPUDOCTOR_CACHE_DIR=str(tmp_path / "c"), PYTHONPATH="")
-    first = pystack.collect_other(str(python), env, timeout=60)
+    first = python_stack.collect_other(str(python), env, timeout=60)
     code = sorted((tmp_path / "c" / "probe-code").iterdir())
     # Every module of the bootstrap: this venv is made from the test's own Python, so the parent
-    # seeded the compiled code it has (pystack.seed_code) instead of the child compiling six.
-    assert [p.name.split("-")[0] for p in code] == sorted(name for name, _ in pystack._BOOTSTRAPPED)
+    # seeded the compiled code it has (python_stack.seed_code) instead of the child compiling six.
+    assert [p.name.split("-")[0] for p in code] == sorted(name for name, _ in python_stack._BOOTSTRAPPED)
     for path in code:
         path.write_bytes(b"\x00garbage")  # corrupt: compiled again, never a crash
-    again = pystack.collect_other(str(python), env, timeout=60)
+    again = python_stack.collect_other(str(python), env, timeout=60)
     assert again["kernels.binaries"].value == first["kernels.binaries"].value or all(
         a["path"] == b["path"] for a, b in zip(again["kernels.binaries"].value, first["kernels.binaries"].value))
     assert again["python.executable"].ok
@@ -334,7 +334,7 @@ def test_record_directories_older_than_record_are_not_listed(tmp_path, cache_dir
     for directory in (site.path / "teamkernels", site.path / "teamkernels" / "ops"):
         os.utime(directory, ns=(later - 10**9, later - 10**9))
     cache = scancache.ScanCache(str(cache_dir))
-    first, _, _ = pyenv.scan_dists([str(site.path)], read_all=False)
+    first, _, _ = python_stack_read.scan_dists([str(site.path)], read_all=False)
     items, _ = kernel_scan.candidates([str(site.path)], first, {}, cache)
     assert [(Path(i["path"]).name, i["owner"]) for i in items] == [("_k.so", "RECORD")]
     assert not any(k.startswith(kernel_scan.DIR_KIND) for k in cache.changed)
@@ -412,18 +412,18 @@ def test_each_environment_has_its_own_cache_file_and_old_ones_go(tmp_path, monke
 
 
 def test_the_python_probe_and_the_doctor_share_the_file_of_the_inspected_environment(unknown_venv, tmp_path):
-    from gpudoctor.probes import pystack
+    from gpudoctor.probes import python_stack
 
     python, _ = unknown_venv
     env = dict(os.environ, GPUDOCTOR_CACHE_DIR=str(tmp_path / "c"), PYTHONPATH="")
-    pystack.collect_other(str(python), env, timeout=60)
+    python_stack.collect_other(str(python), env, timeout=60)
     prefix = subprocess.run([str(python), "-I", "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True).stdout.strip()
     assert (tmp_path / "c" / scancache.file_name(prefix)).is_file()
     assert not (tmp_path / "c" / scancache.file_name()).exists()  # not the test interpreter's
 
 
 def test_two_threads_asking_for_the_shared_cache_get_the_same_one(tmp_path, monkeypatch):
-    """The kernel scan's thread and the RECORD checks ask at the same moment (pyenv_collect.collect_plain);
+    """The kernel scan's thread and the RECORD checks ask at the same moment (python_stack_collect.collect_plain);
     two objects would each keep half of what was found (test_vllm_kernels lost its entry so)."""
     import threading
     import time as _time

@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from gpudoctor.probes.launch import model
-from launch_fakes import dense_tensors, qwen36_model, small_model, write_model, write_safetensors
+from fakes.launch_trees import dense_tensors, qwen36_model, small_model, write_model, write_safetensors
 
 
 def test_safetensors_header_bytes_and_dtypes(tmp_path):

@@ -1,6 +1,6 @@
 """What the installed vLLM accepts, read from its source text (gpudoctor/probes/launch/vllm_source.py).
 
-The trees are written by tests/launch_fakes.py in the two layouts of real releases (the
+The trees are written by tests/fakes/launch_trees.py in the two layouts of real releases (the
 extractor was also run on the 0.8.5, 0.11.0, 0.19.0 and 0.33.0 wheels while it was written:
 157, 242, 317 and 436 flags). Nothing is imported from them: the files even contain code that
 would not import.
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from gpudoctor.probes.launch import vllm_source
-from launch_fakes import fake_vllm
+from fakes.launch_trees import fake_vllm
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 from helpers import REPO, imports
 
 MAX_LINES = 600
-# Modules over MAX_LINES today; this list may only shrink (empty since explain.py, probes/pyenv.py and
+# Modules over MAX_LINES today; this list may only shrink (empty since explain.py, probes/python_stack_read.py and
 # probes/fatbin.py were split by job).
 OVER_SIZE: Set[str] = set()
 
@@ -62,7 +62,7 @@ def under(name: str, *packages: str) -> bool:
 # (layer, what it must never import, why)
 RULES_OF_THE_LAYERS = [
     ("gpudoctor.probes", ("gpudoctor_rules", "gpudoctor.render", "gpudoctor.commands", "gpudoctor.engine", "gpudoctor.registry",
-                          "gpudoctor.report", "gpudoctor.cli", "gpudoctor.gpu_table"),
+                          "gpudoctor.report", "gpudoctor.cli", "gpudoctor.gpu_target"),
      "probes record facts (GPU tables they need are knowledge); judging them is the rules' job, showing them the renderers'"),
     ("gpudoctor_rules", ("gpudoctor.probes", "gpudoctor.commands", "gpudoctor.render", "gpudoctor.engine", "gpudoctor.registry",
                          "gpudoctor.report", "gpudoctor.cli"),
@@ -229,3 +229,25 @@ def test_architecture_md_names_every_package_and_layer():
     unnamed = [f for f in folders if f"`{f}/" not in text]
     assert not unnamed, f"ARCHITECTURE.md does not say what lives in {unnamed}"
     assert "tests/cases/<area>.py" in text and "tests/test_layering.py" in text
+
+
+# Top-level modules of tests/ that several modules may import: helpers (plain helpers, no fake),
+# fake_nvml (tests/conftest.py imports it) and the real tier's machinery (realenv and what it uses).
+SHARED_TEST_MODULES = {"helpers", "fake_nvml", "realenv", "realfetch", "realinstall", "sparsewheel"}
+
+
+def test_fakes_shared_by_tests_live_in_tests_fakes_and_no_test_module_imports_another():
+    tests = REPO / "tests"
+    top = {p.stem for p in tests.glob("*.py") if p.stem != "conftest"}
+    users: dict = {}
+    for path in tests.rglob("*.py"):
+        if "fixtures" in path.parts:
+            continue
+        for name in imports(path):
+            first = name.split(".")[0]
+            if first in top and first != path.stem:
+                users.setdefault(first, set()).add(str(path.relative_to(REPO)))
+    importing_tests = {name: sorted(u) for name, u in users.items() if name.startswith("test_")}
+    assert not importing_tests, f"test modules imported by other modules: {importing_tests}"
+    shared = {name: sorted(u) for name, u in users.items() if len(u) > 1 and name not in SHARED_TEST_MODULES}
+    assert not shared, f"move these into tests/fakes/: {shared}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launch_fakes import fake_vllm, small_model
+from fakes.launch_trees import fake_vllm, small_model
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOTS = REPO / "tests" / "fixtures" / "snapshots"

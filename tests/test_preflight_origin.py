@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor import cli
-from launch_fakes import dflash_drafter, fake_vllm, qwen36_model
+from fakes.launch_trees import dflash_drafter, fake_vllm, qwen36_model
 
 SNAPSHOT = Path(__file__).resolve().parent / "fixtures" / "snapshots" / "a100x2-40gb.json"
 FREE_MESSAGE = ("Free memory on device cuda:1 (35.8/39.41 GiB) on startup is less than desired GPU memory utilization "

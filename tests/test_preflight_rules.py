@@ -2,7 +2,7 @@
 
 `gpudoctor preflight --snapshot MACHINE -- VENV/bin/vllm serve MODEL …` runs in process (cli.main) on
 real files: vLLM trees in a venv layout and model directories with real safetensors files
-(tests/launch_fakes.py), and machine snapshots recorded on real H200s or derived from them
+(tests/fakes/launch_trees.py), and machine snapshots recorded on real H200s or derived from them
 (tests/fixtures/snapshots/). GD722 binds a real port on 127.0.0.1 and probes this machine live.
 """
 
@@ -12,7 +12,7 @@ import socket
 
 import pytest
 
-from launch_fakes import dflash_drafter, fake_vllm, small_model
+from fakes.launch_trees import dflash_drafter, fake_vllm, small_model
 
 from fakes.preflight_world import A100, A100X2, H200, H200X2, MIXED, RTX, T4, build_world, env_for, outcome, preflight
 

@@ -16,7 +16,7 @@ import pytest
 
 from gpudoctor.probes import Context
 from gpudoctor.probes import processes as probe
-from test_processes_helpers import (  # noqa: F401  (spawner is a fixture)
+from fakes.processes import (  # noqa: F401  (spawner is a fixture)
     ME,
     NOBODY,
     fake_root,

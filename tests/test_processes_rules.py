@@ -21,7 +21,7 @@ from gpudoctor import registry
 from gpudoctor.engine import run_rules
 from gpudoctor.probes import processes as probe
 from gpudoctor.snapshot import Fact, Snapshot
-from test_processes_helpers import (  # noqa: F401  (spawner is a fixture)
+from fakes.processes import (  # noqa: F401  (spawner is a fixture)
     ME,
     NOBODY,
     fake_root,

@@ -2,7 +2,7 @@
 section is the step table `gpudoctor smoke` prints.
 
 `gpudoctor report --url` runs in process against a real HTTP server on 127.0.0.1 speaking vLLM's wire
-format (tests/smoke_servers.py), with stderr a terminal (an ``isatty`` stream) or a pipe.
+format (tests/fakes/smoke_servers.py), with stderr a terminal (an ``isatty`` stream) or a pipe.
 """
 
 import io
@@ -11,7 +11,7 @@ from pathlib import Path
 from gpudoctor import cli
 from gpudoctor.commands.common import Status
 from markdown_it import MarkdownIt
-from smoke_servers import WireServer
+from fakes.smoke_servers import WireServer
 
 H200 = str(Path(__file__).resolve().parent / "fixtures" / "snapshots" / "h200.json")
 

@@ -13,7 +13,7 @@ import pytest
 
 from gpudoctor import registry
 from gpudoctor.engine import run_rules
-from gpudoctor.probes import fatbin, pyenv_collect, scancache, sglang_kernels
+from gpudoctor.probes import fatbin, python_stack_collect, scancache, sglang_kernels
 from gpudoctor.snapshot import Fact, Snapshot, ok
 
 from fakes.site_packages import SM86, SitePackages
@@ -162,7 +162,7 @@ def install_sgl_kernel(site, sm90=RDC, sm100=FAMILY, flash_ops=LZ4, infllm=CONCA
 
 
 def facts_of(site):
-    return pyenv_collect.collect_plain([str(site.path)], "none", fatbin.scan, [sglang_kernels.collect_plain])
+    return python_stack_collect.collect_plain([str(site.path)], "none", fatbin.scan, [sglang_kernels.collect_plain])
 
 
 def by_module(facts):

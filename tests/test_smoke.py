@@ -1,4 +1,4 @@
-"""gpudoctor smoke against a wire-format server written in the tests (tests/smoke_servers.py).
+"""gpudoctor smoke against a wire-format server written in the tests (tests/fakes/smoke_servers.py).
 
 What llama.cpp's server does not do — vLLM's ``reasoning`` field and ``vllm:spec_decode_*``
 metric names, tool calls — and every fault the check must name: connection refused,
@@ -16,7 +16,7 @@ import time
 
 import pytest
 from helpers import private_env
-from smoke_servers import WireServer, refused_port
+from fakes.smoke_servers import WireServer, refused_port
 
 from gpudoctor import registry
 from gpudoctor.cli import main

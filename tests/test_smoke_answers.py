@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from smoke_servers import WireServer
+from fakes.smoke_servers import WireServer
 
 from gpudoctor.cli import main
 from gpudoctor.probes.smoke.codecheck import check_prime_answer

@@ -20,7 +20,7 @@ import pytest
 if sys.version_info < (3, 10):  # pragma: no cover - CI runs 3.10+
     pytest.skip("xllamacpp ships wheels for Python >= 3.10 only", allow_module_level=True)
 
-from smoke_servers import LlamaServer, ServerUnavailable, smollm2_gguf  # noqa: E402
+from fakes.smoke_servers import LlamaServer, ServerUnavailable, smollm2_gguf  # noqa: E402
 
 from gpudoctor.cli import main  # noqa: E402
 from helpers import private_env  # noqa: E402

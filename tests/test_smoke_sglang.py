@@ -1,6 +1,6 @@
 """Issue 25: `gpudoctor smoke` against SGLang's wire format, and `--expect-spec` proven on SGLang.
 
-The server is tests/sglang_wire.py, a stand-in on 127.0.0.1 that answers as sglang 0.5.23's
+The server is tests/fakes/sglang_wire.py, a stand-in on 127.0.0.1 that answers as sglang 0.5.23's
 HTTP server does (its module docstring says why SGLang's own front end cannot run here, and
 tests/real/test_sglang_wire.py checks its names against the real wheel's source).
 """
@@ -8,8 +8,8 @@ tests/real/test_sglang_wire.py checks its names against the real wheel's source)
 from __future__ import annotations
 
 import pytest
-from sglang_wire import SGLangWireServer
-from smoke_servers import WireServer
+from fakes.sglang_wire import SGLangWireServer
+from fakes.smoke_servers import WireServer
 from fakes.smoke_run import fact, messages, outcome, smoke_json, verdict
 
 

@@ -218,12 +218,12 @@ ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libc10.so"), mode=ct
 def deep_snapshot(site):
     import types
 
-    from gpudoctor.probes import deep_ext
+    from gpudoctor.probes import deep_extensions_load
 
     (site.path / "torch" / "__init__.py").write_text(TORCH_INIT, encoding="utf-8")
     snap = snapshot_of(site)
     ctx = types.SimpleNamespace(python=None, live=True, timeout=30.0, environ={"PYTHONPATH": str(site.path)}, deadline=None)
-    fact = deep_ext.load(snap, ctx)["torch.extensions_load"]
+    fact = deep_extensions_load.load(snap, ctx)["torch.extensions_load"]
     snap.facts["torch.extensions_load"] = fact
     return snap, fact
 

@@ -18,7 +18,7 @@ from gpudoctor.probes import gitfiles
 from gpudoctor.probes import vllm_build as probe
 from gpudoctor.render import headlines
 from helpers import findings, outcome
-from flash_attn_trees import collect, snapshot, torch_site, vllm
+from fakes.flash_attn_trees import collect, snapshot, torch_site, vllm
 from fakes.site_packages import SitePackages, make_venv, venv_site
 from helpers import doc_findings, gd
 from fakes.vllm_checkout import SHA, git, install_editable, make_checkout

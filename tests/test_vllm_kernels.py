@@ -13,7 +13,7 @@ import pytest
 
 from gpudoctor import registry
 from gpudoctor.engine import run_rules
-from gpudoctor.probes import fatbin, pyenv_collect, scancache, vllm_kernels
+from gpudoctor.probes import fatbin, python_stack_collect, scancache, vllm_kernels
 from gpudoctor.snapshot import Fact, Snapshot, ok
 
 from fakes.site_packages import SM86, SitePackages
@@ -110,7 +110,7 @@ def install_vllm(site, main=None, qutlass=None, deepselect=SM86, fa2=None):
 
 
 def facts_of(site):
-    return pyenv_collect.collect_plain([str(site.path)], "none", fatbin.scan, [vllm_kernels.collect_plain])
+    return python_stack_collect.collect_plain([str(site.path)], "none", fatbin.scan, [vllm_kernels.collect_plain])
 
 
 def by_module(facts):

@@ -96,7 +96,7 @@ def check_snapshots(request, io: IO, rules) -> int:
     transform = None
     if request.gpu:
         from gpudoctor.commands.common import gpu_option
-        from gpudoctor.gpu_table import override_snapshot
+        from gpudoctor.gpu_target import override_snapshot
 
         spec = gpu_option(request)
         transform = lambda snap: override_snapshot(snap, spec, request.gpu)  # noqa: E731

@@ -97,7 +97,7 @@ def probe(request, io: IO, meanwhile=None, overlay=None, command_env=None, annou
     gpu = gpu_option(request)
     python = request.python
     if python is not None:
-        from gpudoctor.probes.pystack import python_option_error
+        from gpudoctor.probes.python_stack import python_option_error
 
         problem = python_option_error(python)
         if problem:
@@ -117,7 +117,7 @@ def probe(request, io: IO, meanwhile=None, overlay=None, command_env=None, annou
         snapshot = running.finish()
         snapshot.meta["gpudoctor"] = __version__
         if gpu is not None:
-            from gpudoctor.gpu_table import override_snapshot
+            from gpudoctor.gpu_target import override_snapshot
 
             override_snapshot(snapshot, gpu, request.gpu)
         if overlay is not None:
@@ -125,12 +125,12 @@ def probe(request, io: IO, meanwhile=None, overlay=None, command_env=None, annou
         if ctx.deep:  # now that the GPUs to judge are known: load what lacks code for them (in a child)
             if command_env:
                 ctx.environ = {**ctx.environ, **command_env}
-            from gpudoctor.probes import deep_ext, deep_fabric, deep_load, merge
+            from gpudoctor.probes import deep_extensions_load, deep_fabric, deep_load_check, merge
 
             ctx.deadline = runner.work_deadline(request.timeout)  # what the probes left of the one deadline
             between = deep_fabric.start(snapshot, ctx)  # P2P and NCCL run on the GPUs while the loads run
-            merge(snapshot, deep_load.load(snapshot, ctx))
-            merge(snapshot, deep_ext.load(snapshot, ctx))  # every torch extension, after import torch
+            merge(snapshot, deep_load_check.load(snapshot, ctx))
+            merge(snapshot, deep_extensions_load.load(snapshot, ctx))  # every torch extension, after import torch
             merge(snapshot, deep_fabric.load(snapshot, ctx, between))
     finally:
         status.clear()
@@ -145,7 +145,7 @@ def gpu_option(request):
     text = request.gpu
     if text is None:
         return None
-    from gpudoctor.gpu_table import SpecError, parse_spec
+    from gpudoctor.gpu_target import SpecError, parse_spec
 
     try:
         return parse_spec(text)
@@ -160,7 +160,7 @@ def replay(request):
     gpu = gpu_option(request)
     snapshot = load_snapshot(request.snapshot)
     if gpu is not None:
-        from gpudoctor.gpu_table import override_snapshot
+        from gpudoctor.gpu_target import override_snapshot
 
         override_snapshot(snapshot, gpu, request.gpu)
     return snapshot

@@ -75,7 +75,7 @@ def run(args, io: IO) -> int:
     command = _command(args)
     rules = selected_rules(request)
     if request.python is not None:
-        from gpudoctor.probes.pystack import python_option_error
+        from gpudoctor.probes.python_stack import python_option_error
 
         problem = python_option_error(request.python)
         if problem:

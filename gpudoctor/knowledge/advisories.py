@@ -19,7 +19,7 @@ How an advisory is evaluated against the installed vLLM, strongest evidence firs
    from HEAD for the PR's merge commit (verified short ids below).
 4. Otherwise **"unknown"**, saying what could not be told. A release number is never guessed.
 
-An entry is a plain ``Advisory``. ``probe_options()`` is what probes.pystack hands the stdlib
+An entry is a plain ``Advisory``. ``probe_options()`` is what probes.python_stack hands the stdlib
 collectors so that they know which markers and commits to look for; it is the only place
 that knowledge lives.
 """

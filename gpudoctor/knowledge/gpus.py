@@ -2,7 +2,7 @@
 compiled code runs on which compute capability. Data and pure functions (standard library only),
 read by probes (the ``nvidia-smi -q -x`` fallback never reports a compute capability, so
 ``cc_for_name`` fills it), by rules (``kernel_support``: does a binary's SASS/PTX run on this
-GPU) and by ``--gpu SPEC`` (gpudoctor/gpu_table.py).
+GPU) and by ``--gpu SPEC`` (gpudoctor/gpu_target.py).
 
 Sources: NVIDIA "CUDA GPU Compute Capability" page (https://developer.nvidia.com/cuda-gpus)
 and its "Legacy" companion page; binary compatibility rules from the CUDA Programming Guide

@@ -40,8 +40,8 @@ class Context:
     timeout: float = 10.0
     debug: List[str] = field(default_factory=list)
     port: int = 8000  # the serving port whose listeners probes.processes reports
-    python: Optional[str] = None  # --python: probe that interpreter's environment (probes.pystack)
-    deep: bool = False  # --deep: also import the stack's extensions in a child interpreter (probes.deep)
+    python: Optional[str] = None  # --python: probe that interpreter's environment (probes.python_stack)
+    deep: bool = False  # --deep: also import the stack's extensions in a child interpreter (probes.deep_import_check)
     # time.monotonic() when the probes must be done; while they run, the cut-off for every subprocess
     # they start (pass it as runner.run(..., deadline=ctx.deadline)). Set by the command, else by start().
     deadline: Optional[float] = None
@@ -49,7 +49,7 @@ class Context:
     command: Any = None  # the launch command, a probes.launch.probe.Command (probes.launch)
     smoke: Any = None  # the server to check, a probes.smoke.session.Options (probes.smoke)
     progress: Optional[Callable[[str, str], None]] = None  # where the smoke check reports its steps
-    # What a probe began before its thread ran, by probe name (pystack.launch: its child interpreter).
+    # What a probe began before its thread ran, by probe name (python_stack.launch: its child interpreter).
     started: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -69,8 +69,8 @@ class Context:
 
 
 # (fact prefix, module under gpudoctor/probes/); the snapshot lists them in this order.
-DEFAULT_PROBES = (("host", "host"), ("driver", "driver"), ("gpus", "gpus"), ("python", "pystack"), ("processes", "processes"),
-                  ("cuda", "cuda"), ("node", "node"), ("deep", "deep"))
+DEFAULT_PROBES = (("host", "host"), ("driver", "driver"), ("gpus", "gpus"), ("python", "python_stack"), ("processes", "processes"),
+                  ("cuda", "cuda"), ("node", "node"), ("deep", "deep_import_check"))
 # Started first, one after the other, each as soon as its module is imported: the longest waits
 # of a check. python: a child interpreter (the kernel scan of a cold disk, in --python's or the
 # doctor's own environment), which its module's ``launch(ctx)`` starts before the other probes'

@@ -4,7 +4,7 @@ pynvml is one 5,000-line module. Installed by a tool that does not byte-compile 
 ``--compile-bytecode``, ``pip --no-compile``) into an image that sets PYTHONDONTWRITEBYTECODE=1
 (most Docker images do), it has no .pyc and never gets one: every `gpudoctor check` compiled it
 again, ~90 ms of an H200 host's check. Here its compiled code is kept in the user's cache
-directory (``probe-code/``, beside the --python bootstrap's modules, probes/pystack.py), keyed by
+directory (``probe-code/``, beside the --python bootstrap's modules, probes/python_stack.py), keyed by
 the source's CRC-32, length and the interpreter's cache tag, and read back only from a regular
 file owned by this user and writable by nobody else; anything odd is compiled again.
 Where Python reads or writes its own .pyc, or the cache is off, this is plain ``import``.

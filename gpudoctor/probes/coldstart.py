@@ -1,7 +1,7 @@
 """Cold-start reads: what a scan will read, asked of the disk at once (fatbin headers, many small files).
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside the
-interpreter named by ``--python`` (pystack's bootstrap loads it as ``gpudoctor_coldstart``).
+interpreter named by ``--python`` (python_stack's bootstrap serves it as ``gpudoctor.probes.coldstart``).
 
 Why: a scan's reads depend on each other. The section table is where the ELF header says, the
 section names where the table says, each fatbin container and entry where the one before it
@@ -43,19 +43,12 @@ import errno
 import os
 import stat
 import struct
-import sys
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
-_fatbin = sys.modules.get("gpudoctor_fatbin")
-if _fatbin is None:
-    from gpudoctor.probes import fatbin as _fatbin
-_elf = sys.modules.get("gpudoctor_elf")
-if _elf is None:
-    from gpudoctor.probes import elf as _elf
-_forks = sys.modules.get("gpudoctor_forks")
-if _forks is None:
-    from gpudoctor.probes import forks as _forks
+from gpudoctor.probes import fatbin as _fatbin
+from gpudoctor.probes import elf as _elf
+from gpudoctor.probes import forks as _forks
 
 BATCH = 256  # files opened at once for their ELF steps
 MAX_OPEN = 512  # CUDA binaries held open for their chains at once

@@ -22,7 +22,7 @@ process), with the GPUs of the planned group (a launch's TP × PP, else every vi
 
 The child stops itself before its deadline, kills its ranks (they share its process group, which
 runner kills too), removes the rendezvous directory and reports what finished. Nothing is left
-running. Facts (``load(snapshot, ctx)``; without --deep probes/deep.py records them "not run"):
+running. Facts (``load(snapshot, ctx)``; without --deep probes/deep_import_check.py records them "not run"):
 
   gpu.p2p_check          {"gpus": [NVML index per torch device], "pairs": {"0->1": {"peer_access",
                           "verified", "gbps"} | {"outcome": "timeout"}}}
@@ -41,12 +41,13 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpudoctor import runner
+from gpudoctor.probes import child
 from gpudoctor.probes.nvml_links import normal_bus_id
 from gpudoctor.snapshot import ERROR, NOT_SUPPORTED, TIMEOUT, Fact, missing, ok
 
 P2P_FACT = "gpu.p2p_check"
 NCCL_FACT = "nccl.allreduce_check"
-CHILD_SHARE = 0.9
+CHILD_SHARE = 0.9  # more than child.SHARE: NCCL's start is most of its time, and nothing else waits on it
 CHILD_MAX_S = 60.0
 MAX_OUTPUT = 512 << 10
 SOURCE = "torch + NCCL in a child (--deep)"
@@ -288,14 +289,13 @@ def start(snapshot, ctx) -> Optional[runner.Started]:
     if world < 1 or not ctx.live:
         return None
     python = getattr(ctx, "python", None) or runner_python()
-    limit = runner.remaining(getattr(ctx, "deadline", None), min(max(ctx.timeout * CHILD_SHARE, 2.0), CHILD_MAX_S))
+    limit = runner.remaining(getattr(ctx, "deadline", None), child.limit(ctx.timeout, 2.0, CHILD_MAX_S, CHILD_SHARE))
     if limit < 1.5:
         return None
     config = {"world": world, "seconds": max(limit - 1.0, 1.0), "nccl": True, "numel": NCCL_NUMEL,
               "iters": NCCL_ITERS, "p2p_numel": P2P_NUMEL}
-    pythonpath = ctx.environ.get("PYTHONPATH", "")
-    return runner.start([python, "-I", "-c", PROGRAM, json.dumps(config), RANK_PROGRAM, pythonpath], limit, ctx.environ,
-                        getattr(ctx, "deadline", None), MAX_OUTPUT, None)
+    return child.start(python, PROGRAM, [json.dumps(config), RANK_PROGRAM, child.pythonpath(ctx.environ)], ctx.environ,
+                       limit, getattr(ctx, "deadline", None), MAX_OUTPUT).started
 
 
 def runner_python() -> str:

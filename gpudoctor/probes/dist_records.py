@@ -4,22 +4,15 @@ each lists, the top-level names it claims and the directories it lists files in;
 scan cache (probes/scancache.py) keyed by the RECORD's (size, mtime_ns, inode, device).
 
 Standard library only and Python 3.8-compatible, like kernel_scan.py, its one user: inside the
-interpreter named by ``--python`` pystack's bootstrap loads it as ``gpudoctor_dist_records``.
+interpreter named by ``--python`` python_stack's bootstrap serves it as ``gpudoctor.probes.dist_records``.
 """
 
 import os
-import sys
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-_scancache = sys.modules.get("gpudoctor_scancache")
-if _scancache is None:
-    from gpudoctor.probes import scancache as _scancache
-_coldstart = sys.modules.get("gpudoctor_coldstart")
-if _coldstart is None:
-    from gpudoctor.probes import coldstart as _coldstart
-_forks = sys.modules.get("gpudoctor_forks")
-if _forks is None:
-    from gpudoctor.probes import forks as _forks
+from gpudoctor.probes import scancache as _scancache
+from gpudoctor.probes import coldstart as _coldstart
+from gpudoctor.probes import forks as _forks
 
 RECORD_KIND = "record-so-2"
 MAX_RECORD_BYTES = 64 << 20

@@ -2,8 +2,7 @@
 whether those libraries define the symbol versions it needs.
 
 Standard library only and Python 3.8-compatible: probes/torch_links.py calls it, in the doctor's
-process or inside the interpreter named by ``--python`` (pystack's bootstrap loads this file as
-``gpudoctor_dynamic_loader``).
+process or inside the interpreter named by ``--python`` (python_stack's bootstrap serves it as ``gpudoctor.probes.dynamic_loader``).
 
 Where (``Loader``): ld.so(8)'s search order — ``DT_RPATH`` (when there is no ``DT_RUNPATH``),
 ``LD_LIBRARY_PATH``, ``DT_RUNPATH`` (``$ORIGIN`` expanded), ``/etc/ld.so.cache``, the default
@@ -25,12 +24,9 @@ chain of Elf64_Verneed, one per library, each with a chain of Elf64_Vernaux, one
 import os
 import re
 import struct
-import sys
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
+from gpudoctor.probes import python_stack_read as _stack_read
 
 DEFAULT_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
                 "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
@@ -57,7 +53,7 @@ def dynamic_info(path: str) -> Dict[str, Any]:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        return {"status": _pyenv.os_error_status(exc), "detail": _pyenv.describe_os_error(exc)}
+        return {"status": _stack_read.os_error_status(exc), "detail": _stack_read.describe_os_error(exc)}
     try:
         found = _dynamic_by_segments(fd)
     except (OSError, struct.error, ValueError):
@@ -134,11 +130,11 @@ def _dynamic_by_segments(fd: int) -> Optional[Dict[str, Any]]:
 
 def _dynamic_by_sections(path: str) -> Dict[str, Any]:
     """needed, soname, rpath, runpath of one shared object (status "ok"), or its status and detail."""
-    elf = _pyenv.elf_module()
+    elf = _stack_read.elf_module()
     try:
         handle, reader = elf.open_elf(path)
     except OSError as exc:
-        return {"status": _pyenv.os_error_status(exc), "detail": _pyenv.describe_os_error(exc)}
+        return {"status": _stack_read.os_error_status(exc), "detail": _stack_read.describe_os_error(exc)}
     except elf.ElfError as exc:
         return {"status": exc.status, "detail": str(exc)[:200]}
     try:
@@ -237,9 +233,9 @@ def defined_versions(path: str) -> Dict[str, Any]:
     ``.gnu.version_d`` ("versioned": False) satisfies any version asked of it: the loader then says
     nothing unless verbose (glibc ``match_symbol``: "The file has no symbol versioning")."""
     try:
-        sections = _pyenv.elf_module().sections(path, (b".gnu.version_d", b".dynstr"), MAX_SECTION)
+        sections = _stack_read.elf_module().sections(path, (b".gnu.version_d", b".dynstr"), MAX_SECTION)
     except OSError as exc:
-        return {"status": _pyenv.os_error_status(exc), "detail": _pyenv.describe_os_error(exc)}
+        return {"status": _stack_read.os_error_status(exc), "detail": _stack_read.describe_os_error(exc)}
     except ValueError as exc:  # ElfError
         return {"status": "error", "detail": str(exc)[:200]}
     verdef = sections.get(b".gnu.version_d")

@@ -1,9 +1,9 @@
 """The one ELF reader: the section table of a little-endian ELF32/ELF64 file, and the bytes of named sections.
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside the
-interpreter named by ``--python`` (pystack's bootstrap loads it first, as ``gpudoctor_elf``).
+interpreter named by ``--python`` (python_stack's bootstrap serves it as ``gpudoctor.probes.elf``).
 Used by the fatbin reader (probes/fatbin.py: where ``.nv_fatbin`` is), the torch ABI check
-(probes/pyenv.py: ``.dynstr`` of libc10.so) and the extension checks (probes/flash_attn.py:
+(probes/python_stack_read.py: ``.dynstr`` of libc10.so) and the extension checks (probes/flash_attn.py:
 ``.dynamic``/``.dynstr``/``.dynsym``). It reads the ELF header, the section header table and
 the section-name table with positioned reads — never the whole file — and a section's bytes
 only when asked, up to a limit.

@@ -35,37 +35,13 @@ import os
 import stat
 import struct
 import sys
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Set, Tuple
 
-# --- siblings: the ELF reader (probes/elf.py) and the result type (probes/fatbin_result.py), each
-# the bootstrap's copy inside --python's child (gpudoctor itself may not be importable there), else
-# the package's, else the file beside this one (python fatbin.py FILE...) ---------------------------
-def _sibling(module_name: str, file_name: str) -> Any:
-    module = sys.modules.get(module_name)
-    if module is not None:
-        return module
-    try:
-        import importlib
+from gpudoctor.probes import elf as _elf  # the ELF reader
+from gpudoctor.probes import fatbin_result as _result_module  # the result type
+from gpudoctor.probes.elf import Reader as _Reader
+from gpudoctor.probes.fatbin_result import FatbinScan
 
-        return importlib.import_module("gpudoctor.probes." + file_name[:-3])
-    except ImportError:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(module_name, os.path.join(os.path.dirname(os.path.abspath(__file__)), file_name))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-        return module
-
-
-_elf = _sibling("gpudoctor_elf", "elf.py")
-_result_module = _sibling("gpudoctor_fatbin_result", "fatbin_result.py")
-if TYPE_CHECKING:  # the names mypy reads; at run time the sibling's (the same class inside the package)
-    from gpudoctor.probes.elf import Reader as _Reader
-    from gpudoctor.probes.fatbin_result import FatbinScan
-else:
-    FatbinScan = _result_module.FatbinScan
-    _Reader = _elf.Reader
 # Statuses (fatbin_result.py): the snapshot's strings plus "not_elf" (FatbinScan.fact_status maps it).
 OK = _result_module.OK
 ABSENT = _result_module.ABSENT

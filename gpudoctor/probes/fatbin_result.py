@@ -2,7 +2,7 @@
 statuses and its JSON form (the kernel scan's cache and snapshot replay read it back).
 
 Pure standard library and Python 3.8+, like fatbin.py: it runs inside ``--python``'s child too
-(loaded there as ``gpudoctor_fatbin_result`` before fatbin.py, which takes it from there).
+(python_stack's bootstrap serves it there as ``gpudoctor.probes.fatbin_result``).
 """
 
 from typing import Any, Dict, List, Optional, Tuple

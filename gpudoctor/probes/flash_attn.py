@@ -1,8 +1,8 @@
 """flash-attn inventory, read from package metadata and files (never imported).
 
-Standard library only and Python 3.8-compatible: like pyenv.py this runs in the doctor's
-process or inside the interpreter named by ``--python`` (pystack's bootstrap loads it as
-``gpudoctor_flash_attn``). pyenv_collect.collect_plain calls ``collect_plain(ctx)`` with what it has
+Standard library only and Python 3.8-compatible: like python_stack_read.py this runs in the doctor's
+process or inside the interpreter named by ``--python`` (python_stack's bootstrap serves it as ``gpudoctor.probes.flash_attn``).
+python_stack_collect.collect_plain calls ``collect_plain(ctx)`` with what it has
 already read (the search path, the first install of each distribution, editable mappings,
 the torch facts), so nothing is scanned twice.
 
@@ -16,7 +16,7 @@ The variants (https://github.com/Dao-AILab/flash-attention#installation-and-feat
   ``flash_attn/cute/``; its ``__version__`` is unreliable (§3.3 #6), the dist version is used.
 - vLLM's bundled build: ``vllm/vllm_flash_attn`` with ``_vllm_fa2_C``, ``_vllm_fa3_C``, ``cute/``.
 
-Facts (plain dicts, as pyenv's):
+Facts (plain dicts, as python_stack_read's):
 - ``flash_attn.variants``: each installed variant: dist, version, parsed local tag, RECORD
   size, top-level names it writes, its extensions with their ELF facts (NEEDED libraries,
   C++ ABI, c10 symbols the installed torch does not export).
@@ -39,6 +39,8 @@ import re
 import struct
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+from gpudoctor.probes import python_stack_read as _stack_read
 
 # Normalized distribution name -> variant.
 VARIANTS = (
@@ -68,16 +70,11 @@ MAX_HASHED_BYTES = 64 << 20
 MAX_DYN = 64 << 20
 SHOWN = 8
 
-# Shared helpers from pyenv.py. Inside --python's child the bootstrap (probes/pystack.py)
-# has loaded it as "gpudoctor_pyenv"; gpudoctor itself may not be importable there.
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
-fact = _pyenv.fact
-normalize = _pyenv.normalize
+fact = _stack_read.fact
+normalize = _stack_read.normalize
 
 
-# The facts this module owns (pyenv marks them error if collect_plain raises).
+# The facts this module owns (python_stack_read marks them error if collect_plain raises).
 FACT_KEYS = ("flash_attn.variants", "flash_attn.namespace", "flash_attn.clashes", "flash_attn.vllm_builds", "flash_attn.dependents")
 
 
@@ -161,9 +158,9 @@ def _top_names(paths: Iterable[str]) -> List[str]:
 def elf_sections(path: str, names: Tuple[bytes, ...], limit: int = MAX_DYN) -> Dict[bytes, bytes]:
     """The named sections of an ELF file (absent and SHT_NOBITS ones left out); ValueError for non-ELF files.
 
-    The one ELF reader, probes/elf.py (pyenv.elf_module finds it in either process). The
+    The one ELF reader, probes/elf.py (python_stack_read.elf_module finds it in either process). The
     .dynamic/.dynsym parsing below is for ELF64 layouts, so 32-bit files are refused here."""
-    handle, elf = _pyenv.elf_module().open_elf(path)
+    handle, elf = _stack_read.elf_module().open_elf(path)
     try:
         if not elf.is64:
             raise ValueError("not a 64-bit little-endian ELF file")
@@ -487,7 +484,7 @@ def build_env(environ: Dict[str, str], dists: Dict[str, Dict[str, Any]]) -> Dict
 
 
 # --- everything ------------------------------------------------------------------------------
-# What makes this collector look at all (pystack's bootstrap gates the --python child on it too,
+# What makes this collector look at all (python_stack's bootstrap gates the --python child on it too,
 # so that an environment without any of it does not even compile this module there).
 TRIGGER_DISTS = tuple(name for name, _ in VARIANTS) + ("vllm",)
 TRIGGER_DIRS = ("flash_attn",)
@@ -577,7 +574,7 @@ def collect_plain(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     out["flash_attn.clashes"] = fact(clashes(records, locations, versions), source="RECORD, file hashes")
 
     vllm = dists.get("vllm")
-    vllm_dir = _pyenv.package_dir("vllm", paths, editable) if isinstance(vllm, dict) else None
+    vllm_dir = _stack_read.package_dir("vllm", paths, editable) if isinstance(vllm, dict) else None
     if vllm_dir:
         out["flash_attn.vllm_builds"] = fact(vllm_builds(vllm_dir), source=os.path.join(vllm_dir, "vllm_flash_attn"))
     else:

@@ -1,7 +1,7 @@
 """Work in forks of this process, each answering once on a pipe (a cold start's scans and RECORD parses).
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside the
-interpreter named by ``--python`` (pystack's bootstrap loads it as ``gpudoctor_forks``).
+interpreter named by ``--python`` (python_stack's bootstrap serves it as ``gpudoctor.probes.forks``).
 
 Why: a cold kernel scan is CPU as well as disk, and the probe's process has one GIL, shared with
 the other probes' threads. Forks work beside it, on other cores, with what the process already
@@ -37,11 +37,11 @@ REAP_S = 0.05  # after SIGKILL: how long to wait for a fork stuck in the kernel 
 
 Fork = Tuple[int, int]  # (pid, read end of its pipe)
 
-# Forks are made only inside the probe's child (pystack's bootstrap loads this module under that
-# name): there every thread runs probe code. The doctor's own process also holds NVML, psutil
+# Forks are made only inside the probe's child (python_stack's bootstrap marks the package it serves
+# these modules from with IN_CHILD): there every thread runs probe code. The doctor's own process also holds NVML, psutil
 # and the renderer's threads, so an in-process probe (where no interpreter can be started)
 # does its work without forks. Tests turn this on.
-ENABLED = __name__ == "gpudoctor_forks"
+ENABLED = bool(getattr(sys.modules.get("gpudoctor.probes"), "IN_CHILD", False))
 
 _beat_fd = -1  # in a fork: its pipe
 _last_beat = 0.0

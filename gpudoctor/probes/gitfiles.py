@@ -5,8 +5,7 @@ is an ancestor of HEAD (loose objects and pack files read with zlib; bounded by 
 visit count and a time budget; "unknown" when it cannot tell).
 
 Standard library only and Python 3.8-compatible, like vllm_build.py, its one user: inside the
-interpreter named by ``--python`` pystack's bootstrap loads it as ``gpudoctor_gitfiles`` before
-vllm_build.
+interpreter named by ``--python`` python_stack's bootstrap serves it as ``gpudoctor.probes.gitfiles``.
 """
 
 from __future__ import annotations

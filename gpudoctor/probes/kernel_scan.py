@@ -1,8 +1,8 @@
 """Every shared object on the interpreter's path that carries CUDA device code, with its owner and its archs.
 
-Standard library only and Python 3.8-compatible: pyenv_collect.collect_plain calls ``collect`` in the
-doctor's process or inside the interpreter named by ``--python`` (pystack's bootstrap loads
-this file as ``gpudoctor_kernel_scan``).
+Standard library only and Python 3.8-compatible: python_stack_collect.collect_plain calls ``collect`` in the
+doctor's process or inside the interpreter named by ``--python`` (python_stack's bootstrap serves it
+as ``gpudoctor.probes.kernel_scan``).
 
 Not a list of known packages: cupy, JAX's CUDA plugins, mamba-ssm, causal-conv1d, sgl-kernel,
 bitsandbytes, DeepSpeed ops, a team's own kernels and whatever vLLM adds next release are all
@@ -31,22 +31,10 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
-_scancache = sys.modules.get("gpudoctor_scancache")
-if _scancache is None:
-    from gpudoctor.probes import scancache as _scancache
-_coldstart = sys.modules.get("gpudoctor_coldstart")
-if _coldstart is None:
-    from gpudoctor.probes import coldstart as _coldstart
-_forks = sys.modules.get("gpudoctor_forks")
-if _forks is None:
-    from gpudoctor.probes import forks as _forks
-# The RECORDs of the distributions (dist_records.py); the bootstrap loads it as "gpudoctor_dist_records".
-_records = sys.modules.get("gpudoctor_dist_records")
-if _records is None:
-    from gpudoctor.probes import dist_records as _records
+from gpudoctor.probes import python_stack_read as _stack_read
+from gpudoctor.probes import scancache as _scancache
+from gpudoctor.probes import coldstart as _coldstart
+from gpudoctor.probes import dist_records as _records  # the RECORDs of the distributions
 COLD_RECORDS = _records.COLD_RECORDS
 is_shared_object, read_records, record_shared_objects = _records.is_shared_object, _records.read_records, _records.record_shared_objects
 _record_dir, _top = _records._record_dir, _records._top
@@ -306,7 +294,7 @@ def _egg_tops(egg: str) -> List[str]:
 
 
 def _owner_guess(package: str, dists: Dict[str, Dict[str, Any]]) -> Optional[str]:
-    key = _pyenv.normalize(package)
+    key = _stack_read.normalize(package)
     for name in dists:
         if name == key:
             return name
@@ -480,14 +468,12 @@ def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[s
             scanner: Optional[Callable[[str], Any]], environ: Optional[Dict[str, str]] = None,
             save: bool = True, shared_objects: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Dict[str, Any]]:
     """``kernels.binaries`` and ``kernels.scan`` for this path. ``save=False``: the caller saves
-    the scan cache once, with what else it adds (pyenv_collect.collect_plain), and sets ``cache_save``.
+    the scan cache once, with what else it adds (python_stack_collect.collect_plain), and sets ``cache_save``.
     ``shared_objects``: filled with every shared object found (path, dist, package), CUDA or not,
     for the torch link check (probes/torch_links.py)."""
     started = time.perf_counter()
-    fact = _pyenv.fact
-    fatbin = sys.modules.get("gpudoctor_fatbin")
-    if fatbin is None:
-        from gpudoctor.probes import fatbin
+    fact = _stack_read.fact
+    from gpudoctor.probes import fatbin
     cache = _scancache.shared(environ)
     loaded = time.perf_counter()
     inner: Dict[str, float] = {}
@@ -528,9 +514,9 @@ def owners(binaries: Iterable[Dict[str, Any]]) -> Dict[str, List[str]]:
 if __name__ == "__main__":  # python -m gpudoctor.probes.kernel_scan: this interpreter's CUDA binaries
     import json
 
-    search = _pyenv.search_paths()
-    first, _, _ = _pyenv.scan_dists(search, read_all=False)
-    facts = collect(search, first, _pyenv.editable_mappings(search), None)
+    search = _stack_read.search_paths()
+    first, _, _ = _stack_read.scan_dists(search, read_all=False)
+    facts = collect(search, first, _stack_read.editable_mappings(search), None)
     for b in facts["kernels.binaries"]["value"]:
         scan = b["scan"]
         sys.stdout.write(json.dumps({"path": b["path"], "dist": b["dist"], "sm": scan.get("sm_variants"),

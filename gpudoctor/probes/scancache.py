@@ -1,7 +1,7 @@
 """A persistent cache of what was read from files, keyed by the file's identity.
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside
-the interpreter named by ``--python`` (pystack's bootstrap loads it as ``gpudoctor_scancache``),
+the interpreter named by ``--python`` (python_stack's bootstrap serves it as ``gpudoctor.probes.scancache``),
 so one cache serves every run and every ``--python`` target of a user.
 
 Why: reading the fatbin headers of every CUDA binary on the path (hundreds of files in a

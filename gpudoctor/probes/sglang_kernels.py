@@ -1,8 +1,8 @@
 """Which of sgl_kernel's compiled extensions SGLang loads on which GPU, read from sgl_kernel's own source.
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside
-the interpreter named by ``--python`` (pystack's bootstrap loads it as
-``gpudoctor_sglang_kernels``); pyenv_collect.collect_plain calls ``collect_plain(ctx)``.
+the interpreter named by ``--python`` (python_stack's bootstrap serves it as ``gpudoctor.probes.sglang_kernels``);
+python_stack_collect.collect_plain calls ``collect_plain(ctx)``.
 
 sglang-kernel (the ``sgl_kernel`` package SGLang requires) ships one ``common_ops`` extension
 per GPU family and a loader that picks one by compute capability
@@ -27,22 +27,13 @@ from __future__ import annotations
 import ast
 import os
 import re
-import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
-_vllm_kernels = sys.modules.get("gpudoctor_vllm_kernels")
-if _vllm_kernels is None:
-    from gpudoctor.probes import vllm_kernels as _vllm_kernels
-_scancache = sys.modules.get("gpudoctor_scancache")
-if _scancache is None:
-    from gpudoctor.probes import scancache as _scancache
-_coldstart = sys.modules.get("gpudoctor_coldstart")
-if _coldstart is None:
-    from gpudoctor.probes import coldstart as _coldstart
-fact = _pyenv.fact
+from gpudoctor.probes import python_stack_read as _stack_read
+from gpudoctor.probes import vllm_kernels as _vllm_kernels
+from gpudoctor.probes import scancache as _scancache
+from gpudoctor.probes import coldstart as _coldstart
+fact = _stack_read.fact
 
 FACT_KEYS = ("sglang.extensions", "sglang.optional_imports", "sglang.capability_gates")
 TRIGGER_DISTS = ("sglang", "sglang-kernel", "sgl-kernel")
@@ -276,7 +267,7 @@ def collect_optional(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
         found = cached["imports"]
     else:
         found = optional_imports(sglang_dir, os.path.dirname(sglang_dir))
-        cache.put(OPTIONAL_KIND, record or "", key, {"imports": found})  # saved by pyenv_collect.collect_plain
+        cache.put(OPTIONAL_KIND, record or "", key, {"imports": found})  # saved by python_stack_collect.collect_plain
     return {"sglang.optional_imports": fact(found, source=sglang_dir,
                                             detail=f"imported only under try/except: {', '.join(found) or 'none'}")}
 

@@ -1,8 +1,7 @@
 """Every shared object on the path that links torch, checked against the torch installed beside it.
 
-Standard library only and Python 3.8-compatible: pyenv_collect.collect_plain calls ``collect`` in the
-doctor's process or inside the interpreter named by ``--python`` (pystack's bootstrap loads this
-file as ``gpudoctor_torch_links``).
+Standard library only and Python 3.8-compatible: python_stack_collect.collect_plain calls ``collect`` in the
+doctor's process or inside the interpreter named by ``--python`` (python_stack's bootstrap serves it as ``gpudoctor.probes.torch_links``).
 
 What the dynamic loader will do when such an extension is imported after ``import torch``, read
 from the files without loading them (System V gABI, "Dynamic Section"; glibc's ld.so(8) search
@@ -37,18 +36,10 @@ import sys
 import zlib
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
-_scancache = sys.modules.get("gpudoctor_scancache")
-if _scancache is None:
-    from gpudoctor.probes import scancache as _scancache
-_coldstart = sys.modules.get("gpudoctor_coldstart")
-if _coldstart is None:
-    from gpudoctor.probes import coldstart as _coldstart
-_versions = sys.modules.get("gpudoctor_dynamic_loader")
-if _versions is None:
-    from gpudoctor.probes import dynamic_loader as _versions
+from gpudoctor.probes import coldstart as _coldstart
+from gpudoctor.probes import dynamic_loader as _versions
+from gpudoctor.probes import python_stack_read as _stack_read
+from gpudoctor.probes import scancache as _scancache
 Loader = _versions.Loader
 
 BUSIEST = ("libtorch_cpu.so", "libc10.so", "libtorch_python.so", "libtorch_cuda.so", "libc10_cuda.so")
@@ -105,7 +96,7 @@ def _torch_symbol():
 def undefined_torch_symbols(path: str, sections: Optional[Dict[bytes, bytes]] = None) -> List[Tuple[str, bool]]:
     """(name, weak) of each undefined dynamic symbol in torch's namespaces. OSError / ElfError."""
     if sections is None:
-        sections = _pyenv.elf_module().sections(path, (b".dynsym", b".dynstr"), MAX_DYNSTR)
+        sections = _stack_read.elf_module().sections(path, (b".dynsym", b".dynstr"), MAX_DYNSTR)
     dynsym, dynstr = sections.get(b".dynsym", b""), sections.get(b".dynstr", b"")
     out: List[Tuple[str, bool]] = []
     for st_name, info, _other, shndx, _value, _size in struct.iter_unpack("<IBBHQQ", dynsym[:len(dynsym) // 24 * 24]):
@@ -131,7 +122,7 @@ class Exports:
     libtorch_cpu.so's .dynstr is tens of megabytes). Mapped read-only; pages touched on lookup."""
 
     def __init__(self, path: str) -> None:
-        elf = _pyenv.elf_module()
+        elf = _stack_read.elf_module()
         self.path = path
         handle, reader = elf.open_elf(path)
         try:
@@ -231,7 +222,7 @@ def _hint_symbol_tables(path: str) -> None:
     if advise is None:
         return
     try:
-        handle, reader = _pyenv.elf_module().open_elf(path)
+        handle, reader = _stack_read.elf_module().open_elf(path)
     except (OSError, ValueError):
         return
     try:
@@ -325,10 +316,10 @@ def check_symbols(path: str, exports: List[Exports]) -> Dict[str, Any]:
     """The undefined torch symbols of ``path`` that no torch library defines, and the symbol versions
     it needs of each library (checked against the libraries on every run: they are not torch's)."""
     try:
-        sections = _pyenv.elf_module().sections(path, (b".dynsym", b".dynstr", b".gnu.version_r"), MAX_DYNSTR)
+        sections = _stack_read.elf_module().sections(path, (b".dynsym", b".dynstr", b".gnu.version_r"), MAX_DYNSTR)
         undefined = undefined_torch_symbols(path, sections)
     except OSError as exc:
-        return {"status": _pyenv.os_error_status(exc), "detail": _pyenv.describe_os_error(exc)}
+        return {"status": _stack_read.os_error_status(exc), "detail": _stack_read.describe_os_error(exc)}
     except ValueError as exc:  # ElfError
         return {"status": "error", "detail": str(exc)[:200]}
     missing = []
@@ -357,8 +348,8 @@ def _torch_requirement(dist: Optional[Dict[str, Any]]) -> Optional[List[str]]:
     requires = dist.get("requires") or []
     if not requires and dist.get("location") and str(dist.get("meta", "")).endswith(".dist-info"):
         try:
-            text = _pyenv.read_head(os.path.join(dist["location"], dist["meta"], "METADATA")).decode("utf-8", "replace")
-            requires = _pyenv.parse_headers(text, ("requires-dist",)).get("requires-dist", [])
+            text = _stack_read.read_head(os.path.join(dist["location"], dist["meta"], "METADATA")).decode("utf-8", "replace")
+            requires = _stack_read.parse_headers(text, ("requires-dist",)).get("requires-dist", [])
         except OSError:
             return None
     return [r for r in requires if re.match(r"^torch(?![\w.-])", r.strip(), re.I)]
@@ -371,7 +362,7 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
 
     started = time.perf_counter()
     if not torch_dir:
-        return {"torch.extensions": _pyenv.fact(None, "absent", "ELF", "torch is not installed")}
+        return {"torch.extensions": _stack_read.fact(None, "absent", "ELF", "torch is not installed")}
     torch_dir = os.path.normpath(torch_dir)
     torch_lib = os.path.join(torch_dir, "lib")
     files = _Files(cache)
@@ -379,7 +370,7 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
     _read_ahead(items, torch_dir, torch_lib, files, cache)
     loaded, own = torch_loaded(torch_lib, files, loader)
     if not own:
-        return {"torch.extensions": _pyenv.fact(None, "error", torch_lib, "no shared objects in torch/lib")}
+        return {"torch.extensions": _stack_read.fact(None, "error", torch_lib, "no shared objects in torch/lib")}
     digest = torch_digest(own)
     families = {stem(name) for name in loaded}
     requirements: Dict[str, Optional[List[str]]] = {}
@@ -462,7 +453,7 @@ def collect(items: List[Dict[str, Any]], torch_dir: Optional[str], dists: Dict[s
              "torch_libraries": [os.path.basename(p) for p in own], "elapsed_s": round(time.perf_counter() - started, 4)}
     broken = sum(1 for e in found if e.get("unresolved") or e.get("versions_missing") or (e.get("symbols") or {}).get("missing_count"))
     detail = f"{len(found)} torch-linked shared objects, {broken} with unresolved libraries, symbols or symbol versions"
-    return {"torch.extensions": _pyenv.fact({"extensions": found, "stats": stats, "torch_loads": sorted(loaded)[:300]},
+    return {"torch.extensions": _stack_read.fact({"extensions": found, "stats": stats, "torch_loads": sorted(loaded)[:300]},
                                      source="ELF (.dynamic, .dynsym, .gnu.hash)", detail="; ".join([detail] + notes))}
 
 

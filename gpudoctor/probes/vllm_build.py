@@ -1,8 +1,8 @@
 """Which vLLM this is and where it came from, read from files (vLLM is never imported, git never run).
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside
-the interpreter named by ``--python`` (pystack's bootstrap loads it as
-``gpudoctor_vllm_build``); pyenv_collect.collect_plain calls ``collect_plain(ctx)``.
+the interpreter named by ``--python`` (python_stack's bootstrap serves it as ``gpudoctor.probes.vllm_build``);
+python_stack_collect.collect_plain calls ``collect_plain(ctx)``.
 
 Facts:
 - ``vllm.build``: version and its parts (setuptools-scm ``0.23.1rc1.dev901+g2f3f441f8``:
@@ -29,28 +29,20 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from gpudoctor.probes import gitfiles as _git  # a git checkout read as files
+from gpudoctor.probes import python_stack_read as _stack_read
+
 WALK_BUDGET_S = 0.5
 
-
-# Shared helpers from pyenv.py. Inside --python's child the bootstrap (probes/pystack.py)
-# has loaded it as "gpudoctor_pyenv"; gpudoctor itself may not be importable there.
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
-fact = _pyenv.fact
-# A git checkout read as files (gitfiles.py); the bootstrap loads it as "gpudoctor_gitfiles" first.
-_git = sys.modules.get("gpudoctor_gitfiles")
-if _git is None:
-    from gpudoctor.probes import gitfiles as _git
+fact = _stack_read.fact
 _read, checkout_facts, contains_commit, find_git_dir = _git._read, _git.checkout_facts, _git.contains_commit, _git.find_git_dir
 strip_credentials = _git.strip_credentials
 
 
-# The facts this module owns (pyenv marks them error if collect_plain raises).
+# The facts this module owns (python_stack_read marks them error if collect_plain raises).
 FACT_KEYS = ("vllm.build",)
 
 
@@ -225,7 +217,7 @@ def collect_plain(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     meta_dir = os.path.join(dist.get("location") or "", dist.get("meta") or "")
     origin = read_direct_url(meta_dir)
     installer = (_read(os.path.join(meta_dir, "INSTALLER"), 256) or "").strip() or None
-    vllm_dir = _pyenv.package_dir("vllm", ctx.get("paths") or [], ctx.get("editable") or {})
+    vllm_dir = _stack_read.package_dir("vllm", ctx.get("paths") or [], ctx.get("editable") or {})
     build: Dict[str, Any] = {
         "version": dist.get("version"),
         "version_parts": parse_version(dist.get("version")),

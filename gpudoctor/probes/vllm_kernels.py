@@ -1,8 +1,8 @@
 """Which of vLLM's compiled extensions it needs on every GPU, and which only on some, read from its source.
 
 Standard library only and Python 3.8-compatible: it runs in the doctor's process or inside
-the interpreter named by ``--python`` (pystack's bootstrap loads it as
-``gpudoctor_vllm_kernels``); pyenv_collect.collect_plain calls ``collect_plain(ctx)``.
+the interpreter named by ``--python`` (python_stack's bootstrap serves it as ``gpudoctor.probes.vllm_kernels``);
+python_stack_collect.collect_plain calls ``collect_plain(ctx)``.
 
 vLLM builds some extensions only for some architectures (its CMakeLists selects a per-extension
 arch list with ``cuda_archs_loose_intersection``: ``_qutlass_C`` and ``_deepselect_C`` for
@@ -28,19 +28,12 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    from gpudoctor.probes import pyenv as _pyenv
-_scancache = sys.modules.get("gpudoctor_scancache")
-if _scancache is None:
-    from gpudoctor.probes import scancache as _scancache
-_coldstart = sys.modules.get("gpudoctor_coldstart")
-if _coldstart is None:
-    from gpudoctor.probes import coldstart as _coldstart
-fact = _pyenv.fact
+from gpudoctor.probes import python_stack_read as _stack_read
+from gpudoctor.probes import scancache as _scancache
+from gpudoctor.probes import coldstart as _coldstart
+fact = _stack_read.fact
 
 FACT_KEYS = ("vllm.extensions",)
 TRIGGER_DISTS = ("vllm",)
@@ -272,7 +265,7 @@ def collect_plain(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     else:
         shared, sources = _files(vllm_dir, dist)
         extensions = classify(parent, shared, sources) if shared else []
-        cache.put(CACHE_KIND, record or "", key, {"extensions": extensions})  # saved by pyenv_collect.collect_plain
+        cache.put(CACHE_KIND, record or "", key, {"extensions": extensions})  # saved by python_stack_collect.collect_plain
     if not extensions:
         return {"vllm.extensions": fact({"root": vllm_dir, "extensions": []}, source=vllm_dir,
                                         detail="no compiled extension in the vllm package")}

@@ -4,7 +4,7 @@
 # REV:gpudoctor/probes/F.py > scripts/device/ab/F.py`, untracked, carried), alternated. Per turn:
 # two cold checks (empty scan cache, page cache dropped) through child_timeline.py, and seven warm
 # `gpudoctor check` processes (wall time). Then must_show (warm and cold) and check_vs_collect_env
-# with the new files. (Used for the torch link check's read-ahead and pystack's unrun modules.)
+# with the new files. (Used for the torch link check's read-ahead and python_stack's unrun modules.)
 set -u
 export LC_ALL=C.UTF-8 NO_COLOR=1 PYTHONUNBUFFERED=1
 dir="$OUT/ab_probes"; mkdir -p "$dir"

@@ -7,7 +7,7 @@ Prints one JSON line: seconds from this process's start to the child's spawn, it
 being up, its modules loaded, the distributions read, the RECORD checks, each extra collector,
 the main thread done, the kernel scan joined, the facts printed, the parent holding them, and
 the check done; plus the kernel scan's own phases. Measurement only: the child runs the probe
-sources with a few lines added (compiled here and seeded as pystack.seed_code seeds the real
+sources with a few lines added (compiled here and seeded as python_stack.seed_code seeds the real
 ones, so the child compiles nothing it would not compile anyway).
 """
 
@@ -20,7 +20,7 @@ import time
 T0 = time.time()
 
 from gpudoctor import runner  # noqa: E402
-from gpudoctor.probes import pystack, scancache  # noqa: E402
+from gpudoctor.probes import python_stack, scancache  # noqa: E402
 
 STAMP = 'sys.stderr.write("T %s %.6f\\n" % ({what}, __import__("time").time()))\n'
 
@@ -46,23 +46,24 @@ def _patch_collect(source: str) -> str:
 
 
 def main(argv):
-    real_source = pystack._source
-    pystack._source = lambda module: _patch_collect(real_source(module)) if module is pystack.pyenv_collect else real_source(module)
-    pystack._BOOTSTRAP = pystack._BOOTSTRAP.replace(
-        "_elf = _load(", 'sys.stderr.write("T child-up %.6f\\n" % __import__("time").time())\n_elf = _load(', 1).replace(
+    real_source = python_stack._source
+    python_stack._source = lambda module: _patch_collect(real_source(module)) if module is python_stack.python_stack_collect else real_source(module)
+    python_stack._BOOTSTRAP = python_stack._BOOTSTRAP.replace(
+        "sys.meta_path.insert(0, _Served)", 'sys.stderr.write("T child-up %.6f\\n" % __import__("time").time())\nsys.meta_path.insert(0, _Served)', 1).replace(
         "sys.exit(_collect.main(", 'sys.stderr.write("T modules-loaded %.6f\\n" % __import__("time").time())\nsys.exit(_collect.main(', 1)
-    real_seed = pystack.seed_code
+    real_seed = python_stack.seed_code
 
-    def seed(environ):  # the patched pyenv_collect, compiled here under the key the child looks for
+    def seed(environ):  # the patched python_stack_collect, compiled here under the key the child looks for
         real_seed(environ)
         where = scancache.cache_dir(environ)
-        source = pystack._source(pystack.pyenv_collect)
-        key = pystack.code_key("gpudoctor_pyenv_collect", source)
+        name = python_stack.python_stack_collect.__name__
+        source = python_stack._source(python_stack.python_stack_collect)
+        key = python_stack.code_key(name, source)
         from gpudoctor.probes import codecache
 
         if where:
-            codecache.store(os.path.join(where, "probe-code", key + ".bin"), compile(source, "<gpudoctor gpudoctor_pyenv_collect>", "exec"))
-    pystack.seed_code = seed
+            codecache.store(os.path.join(where, "probe-code", key + ".bin"), compile(source, f"<gpudoctor {name}>", "exec"))
+    python_stack.seed_code = seed
     steps = {}
     real_start, real_wait = runner.start, runner.Started.wait
 

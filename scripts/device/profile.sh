@@ -103,23 +103,23 @@ cat "$D/must-show.txt"
 # --- where a warm python probe's time goes (kernel scan pieces) and what the scan cache holds ------------
 (cd "$W" && timeout 60 python3 - >"$D/python-probe.txt" 2>&1 <<'PY'
 import collections, json, os, time
-from gpudoctor.probes import kernel_scan, pyenv, scancache, fatbin, Context
-from gpudoctor.probes import pystack
-pystack.collect(Context())  # warm the scan cache and the page cache
+from gpudoctor.probes import kernel_scan, python_stack_read, scancache, fatbin, Context
+from gpudoctor.probes import python_stack
+python_stack.collect(Context())  # warm the scan cache and the page cache
 for run in range(3):
     scancache.forget()
     t = time.perf_counter(); cache = scancache.shared(); t_load = time.perf_counter() - t
-    paths = pyenv.search_paths()
-    t = time.perf_counter(); first, _, _ = pyenv.scan_dists(paths, read_all=False); t_dists = time.perf_counter() - t
+    paths = python_stack_read.search_paths()
+    t = time.perf_counter(); first, _, _ = python_stack_read.scan_dists(paths, read_all=False); t_dists = time.perf_counter() - t
     nir = kernel_scan.not_in_record
     spent = [0.0]
     def timed(*a, **k):
         s = time.perf_counter(); r = nir(*a, **k); spent[0] += time.perf_counter() - s; return r
     kernel_scan.not_in_record = timed
-    t = time.perf_counter(); items, _ = kernel_scan.candidates(paths, first, pyenv.editable_mappings(paths), cache); t_cand = time.perf_counter() - t
+    t = time.perf_counter(); items, _ = kernel_scan.candidates(paths, first, python_stack_read.editable_mappings(paths), cache); t_cand = time.perf_counter() - t
     kernel_scan.not_in_record = nir
     t = time.perf_counter(); kernel_scan.scan_all(items, fatbin.scan, cache); t_scan = time.perf_counter() - t
-    t = time.perf_counter(); pystack.collect(Context()); t_all = time.perf_counter() - t
+    t = time.perf_counter(); python_stack.collect(Context()); t_all = time.perf_counter() - t
     print(f"run {run}: cache load {t_load*1000:.1f} ms, scan_dists {t_dists*1000:.1f}, candidates {t_cand*1000:.1f} "
           f"(not_in_record {spent[0]*1000:.1f}), scan_all {t_scan*1000:.1f} ({len(items)} files), whole python probe {t_all*1000:.1f} ms")
 where = scancache.cache_dir()

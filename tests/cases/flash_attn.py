@@ -2,7 +2,7 @@
 
 Each case installs real-looking distributions (dist-info with RECORD, the H200's compiled
 .so files) into a site-packages under tmp_path and runs the real collectors over it
-(tests/flash_attn_trees.py); tests/test_flash_attn.py has the detailed assertions.
+(tests/fakes/flash_attn_trees.py); tests/test_flash_attn.py has the detailed assertions.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from gpudoctor.snapshot import ok
 
 from cases import Case
-from flash_attn_trees import EXT_OLD, TORCHABI, fa2, fa4, sglang, snapshot, torch_site, vllm
+from fakes.flash_attn_trees import EXT_OLD, TORCHABI, fa2, fa4, sglang, snapshot, torch_site, vllm
 from fakes.site_packages import SitePackages
 
 HOST = {"host__cpus": 16, "host__memory_available": 64 << 30}

@@ -2,7 +2,7 @@
 
 Each case runs the real preflight (``gpudoctor preflight --snapshot MACHINE -- VENV/bin/vllm
 serve MODEL …``) on real files — vLLM trees and model folders with real safetensors headers
-from tests/launch_fakes.py, machines recorded on real GPUs — and judges the snapshot it
+from tests/fakes/launch_trees.py, machines recorded on real GPUs — and judges the snapshot it
 recorded. tests/test_preflight_rules.py has the detailed assertions.
 """
 
@@ -20,7 +20,7 @@ from gpudoctor import cli
 from gpudoctor.snapshot import Snapshot
 
 from cases import Case, h200
-from launch_fakes import dense_tensors, dflash_drafter, fake_vllm, qwen36_model, replace_in, small_model, write_model
+from fakes.launch_trees import dense_tensors, dflash_drafter, fake_vllm, qwen36_model, replace_in, small_model, write_model
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "fixtures" / "snapshots"
 H200, H200X2, A100, T4, RTX, MIXED, A100X2, H200X2_BUSY = (str(SNAPSHOTS / n) for n in (

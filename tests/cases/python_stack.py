@@ -2,7 +2,7 @@
 
 The H200 snapshot with the Python facts of a site-packages built under tmp_path (real
 dist-info folders, the H200's compiled .so files) and collected by the real probe
-(probes/pyenv.py); tests/test_pystack_rules.py has the detailed assertions.
+(probes/python_stack_read.py); tests/test_python_stack_rules.py has the detailed assertions.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """GD8xx server rules: pass, fail, unknown and not-applicable cases.
 
 Each case runs the real smoke check (``gpudoctor smoke``) against the scriptable
-OpenAI-compatible server of tests/smoke_servers.py on 127.0.0.1, set to one behaviour, and
+OpenAI-compatible server of tests/fakes/smoke_servers.py on 127.0.0.1, set to one behaviour, and
 judges the snapshot that run recorded; tests/test_smoke.py has the detailed assertions.
 """
 
@@ -14,7 +14,7 @@ from gpudoctor.cli import main
 from gpudoctor.snapshot import Snapshot
 
 from cases import Case, h200
-from smoke_servers import WireServer, refused_port
+from fakes.smoke_servers import WireServer, refused_port
 
 
 def smoke(*args, **behaviour):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from cases import Case
-from flash_attn_trees import DFLASH_BEFORE_46104, RUNNER_BEFORE_40727, snapshot, torch_site, vllm
+from fakes.flash_attn_trees import DFLASH_BEFORE_46104, RUNNER_BEFORE_40727, snapshot, torch_site, vllm
 from fakes.site_packages import SitePackages
 from fakes.vllm_checkout import SHA, install_editable, make_checkout
 

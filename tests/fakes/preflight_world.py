@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from gpudoctor import cli
-from launch_fakes import dense_tensors, dflash_drafter, fake_vllm, qwen36_model, small_model, write_model
+from fakes.launch_trees import dense_tensors, dflash_drafter, fake_vllm, qwen36_model, small_model, write_model
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "fixtures" / "snapshots"
 H200, H200X2, A100, T4, RTX, MIXED, A100X2 = (str(SNAPSHOTS / n) for n in (

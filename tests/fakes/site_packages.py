@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpudoctor.probes import fatbin, pyenv_collect
+from gpudoctor.probes import fatbin, python_stack_collect
 from gpudoctor.snapshot import Fact, Snapshot, ok
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -110,7 +110,7 @@ def snapshot_of(site: SitePackages, record: str = "stack", **facts) -> Snapshot:
     snap = Snapshot.load(str(H200_SNAPSHOT))
     for path in [p for p in snap.facts if p.startswith(("torch.", "python."))]:
         del snap.facts[path]
-    plain = pyenv_collect.collect_plain([str(site.path)], record, fatbin.scan)
+    plain = python_stack_collect.collect_plain([str(site.path)], record, fatbin.scan)
     snap.facts.update({path: Fact.from_json(data) for path, data in plain.items()})
     for path, value in facts.items():
         snap.facts[path.replace("__", ".")] = value if isinstance(value, Fact) else ok(value, "test")

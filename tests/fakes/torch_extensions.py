@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from fakes.site_packages import TORCH_VERSION_PY, SitePackages
-from gpudoctor.probes import fatbin, pyenv_collect
+from gpudoctor.probes import fatbin, python_stack_collect
 
 CXX11 = "_ZN3c106detail23torchInternalAssertFailEPKcS2_jS2_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
 OLD_ABI = "_ZN3c106detail23torchInternalAssertFailEPKcS2_jS2_RKSs"
@@ -46,7 +46,7 @@ def install(site: SitePackages, lib: Path, name: str, version: str, symbols, *ex
 
 
 def extensions_fact(site: SitePackages) -> dict:
-    facts = pyenv_collect.collect_plain([str(site.path)], "stack", fatbin.scan)
+    facts = python_stack_collect.collect_plain([str(site.path)], "stack", fatbin.scan)
     fact = facts["torch.extensions"]
     assert fact["status"] == "ok", fact
     return fact["value"]

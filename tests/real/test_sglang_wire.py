@@ -1,4 +1,4 @@
-"""The stand-in SGLang server of the smoke tests (tests/sglang_wire.py) speaks the real wheel's
+"""The stand-in SGLang server of the smoke tests (tests/fakes/sglang_wire.py) speaks the real wheel's
 wire format: every field, route and metric name it sends, and every one gpudoctor's smoke check
 reads from SGLang, is defined in sglang's own source (read with ``ast``, never imported), with
 the type (counter or gauge) the smoke check assumes.
@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import realenv  # noqa: E402
-from sglang_wire import SGLangWireServer  # noqa: E402
+from fakes.sglang_wire import SGLangWireServer  # noqa: E402
 
 from gpudoctor.probes.smoke import metrics as prom  # noqa: E402
 

@@ -25,7 +25,7 @@ def collect(ctx: Any) -> Dict[str, Any]:
     half of ctx.timeout (at most 30 s) and never runs past ctx.deadline: the machine's probes share it.
     vLLM's source is read, never run."""
     from gpudoctor.probes.launch.probe import inspect_command
-    from gpudoctor.probes.pyenv import search_paths
+    from gpudoctor.probes.python_stack_read import search_paths
 
     if ctx.command is None:
         return {}

@@ -88,7 +88,7 @@ def _find_package(paths: Sequence[str], package: str = "vllm") -> Optional[str]:
 
 
 def _editable_target(paths: Sequence[str], package: str = "vllm") -> Optional[str]:
-    from gpudoctor.probes.pyenv import editable_mappings
+    from gpudoctor.probes.python_stack_read import editable_mappings
 
     target = editable_mappings(paths).get(package)
     return target if target and os.path.isdir(target) else None

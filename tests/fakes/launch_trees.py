@@ -22,7 +22,7 @@ import struct
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from memory_fakes import CACHE_CONFIG_034, MEMORY_CHECK_033, MEMORY_CHECK_034, RESOLVE_EXTENSIBLE_034
+from fakes.launch_memory import CACHE_CONFIG_034, MEMORY_CHECK_033, MEMORY_CHECK_034, RESOLVE_EXTENSIBLE_034
 
 DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1, "I8": 1, "U8": 1, "I32": 4}
 GIB = 1 << 30

@@ -1,4 +1,4 @@
-"""gpudoctor/reqfast.py: GD503's packaging-free path never calls a requirement met that packaging calls unmet."""
+"""gpudoctor/requirement_met.py: GD503's packaging-free path never calls a requirement met that packaging calls unmet."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudoctor import reqfast
+from gpudoctor import requirement_met
 from gpudoctor.snapshot import dist_key
 from gpudoctor_rules.python_stack import _applies, _parse_requirement, _satisfied
 
@@ -40,7 +40,7 @@ def test_the_recorded_h200_stack_needs_no_packaging():
             if "extra ==" in text:
                 continue
             verdict = packaging_says(text, dists, env)
-            fast = reqfast.satisfied(text, dists, env)
+            fast = requirement_met.satisfied(text, dists, env)
             if verdict == "met" or (verdict == "skip" and _parse_requirement(text) is not None):
                 decided += fast is True
             assert fast is None or verdict != "unmet", text
@@ -49,21 +49,21 @@ def test_the_recorded_h200_stack_needs_no_packaging():
 
 def test_the_common_shapes():
     dists = {"torch": {"version": "2.11.0+cu130"}, "pillow": {"version": "11.3.0"}, "numpy": {"version": "2.1"}}
-    assert reqfast.satisfied("torch (==2.11.0)", dists, LINUX_312) is True  # the local label is ignored
-    assert reqfast.satisfied("torch==2.11", dists, LINUX_312) is True  # trailing zeros
-    assert reqfast.satisfied("pillow (!=8.3.*,>=5.3.0)", dists, LINUX_312) is True
-    assert reqfast.satisfied("cuda-toolkit[cublas,nvrtc]==13.0.2; platform_system == \"Windows\"", dists, LINUX_312) is True
-    assert reqfast.satisfied("importlib-metadata; python_version < \"3.10\"", dists, LINUX_312) is True
-    assert reqfast.satisfied("numpy", dists, LINUX_312) is True
-    assert reqfast.satisfied("numpy~=2.1", dists, LINUX_312) is True
-    assert reqfast.satisfied("numpy>=2.0rc1", dists, LINUX_312) is True  # a final release is above its pre-releases
-    assert reqfast.satisfied("numpy; python_version < \"3.10\" or platform_system == \"Linux\"", dists, LINUX_312) is True
-    assert reqfast.satisfied("numpy>=9; python_version < \"3.10\" or platform_system == \"Windows\"", dists, LINUX_312) is True  # not here
+    assert requirement_met.satisfied("torch (==2.11.0)", dists, LINUX_312) is True  # the local label is ignored
+    assert requirement_met.satisfied("torch==2.11", dists, LINUX_312) is True  # trailing zeros
+    assert requirement_met.satisfied("pillow (!=8.3.*,>=5.3.0)", dists, LINUX_312) is True
+    assert requirement_met.satisfied("cuda-toolkit[cublas,nvrtc]==13.0.2; platform_system == \"Windows\"", dists, LINUX_312) is True
+    assert requirement_met.satisfied("importlib-metadata; python_version < \"3.10\"", dists, LINUX_312) is True
+    assert requirement_met.satisfied("numpy", dists, LINUX_312) is True
+    assert requirement_met.satisfied("numpy~=2.1", dists, LINUX_312) is True
+    assert requirement_met.satisfied("numpy>=2.0rc1", dists, LINUX_312) is True  # a final release is above its pre-releases
+    assert requirement_met.satisfied("numpy; python_version < \"3.10\" or platform_system == \"Linux\"", dists, LINUX_312) is True
+    assert requirement_met.satisfied("numpy>=9; python_version < \"3.10\" or platform_system == \"Windows\"", dists, LINUX_312) is True  # not here
     # Not met, not installed, or not the common shape: packaging decides (and words the finding).
     for text in ("torch==2.12.0", "torch>2.11.0", "torch<2.11", "missing>=1", "numpy~=2.2", "numpy>2.0rc1", "numpy~=2",
                  "numpy @ https://x/y.whl",
                  "numpy; platform_release >= \"6\"", "numpy>=1.*", "numpy; (os_name == \"posix\") or (os_name"):
-        assert reqfast.satisfied(text, dists, LINUX_312) is None, text
+        assert requirement_met.satisfied(text, dists, LINUX_312) is None, text
 
 
 # What a real vLLM 0.33.0 install (the wheel closure pip resolves, tests/real/closure) requires that
@@ -83,10 +83,10 @@ def test_the_shapes_of_a_real_vllm_install_need_no_packaging():
     for text, name, version in VLLM_033:
         dists = {dist_key(name): {"version": version}}
         assert packaging_says(text, dists, LINUX_312) == "met", text
-        assert reqfast.satisfied(text, dists, LINUX_312) is True, text
+        assert requirement_met.satisfied(text, dists, LINUX_312) is True, text
         # One step off, and packaging decides: the fast path never says met.
         older = {dist_key(name): {"version": "0.0.1"}}
-        assert packaging_says(text, older, LINUX_312) == "unmet" and reqfast.satisfied(text, older, LINUX_312) is None, text
+        assert packaging_says(text, older, LINUX_312) == "unmet" and requirement_met.satisfied(text, older, LINUX_312) is None, text
 
 
 _release = st.lists(st.integers(0, 12), min_size=1, max_size=4).map(lambda parts: ".".join(map(str, parts)))
@@ -110,7 +110,7 @@ def test_never_met_where_packaging_says_unmet(name, paren, extras, specs, marker
     text = name + ("[a,b-c]" if extras else "") + (f" ({specs})" if paren and specs else specs) + (f"; {marker}" if marker else "")
     env = dict(LINUX_312, python_version=python, python_full_version=python + ".1", platform_system=system)
     dists = {} if version is None else {dist_key(name): {"version": version}}
-    fast = reqfast.satisfied(text, dists, env)
+    fast = requirement_met.satisfied(text, dists, env)
     assert fast in (True, None)
     if fast:
         assert packaging_says(text, dists, env) != "unmet", text
@@ -133,11 +133,11 @@ def test_sglangs_parenthesised_markers_and_prerelease_need_no_packaging():
     for text, name, version in SGLANG_0523:
         dists = {dist_key(name): {"version": version}} if version else {}
         assert packaging_says(text, dists, LINUX_312) in ("met", "skip"), text
-        assert reqfast.satisfied(text, dists, LINUX_312) is True, text
+        assert requirement_met.satisfied(text, dists, LINUX_312) is True, text
     older = {dist_key("flash-attn-4"): {"version": "4.0.0b9"}}
     assert packaging_says("flash-attn-4>=4.0.0b18", older, LINUX_312) == "unmet"
-    assert reqfast.satisfied("flash-attn-4>=4.0.0b18", older, LINUX_312) is None
-    assert reqfast.satisfied('x; platform_machine == "a(b" or (python_version >= "3"', {}, LINUX_312) is None  # unbalanced
+    assert requirement_met.satisfied("flash-attn-4>=4.0.0b18", older, LINUX_312) is None
+    assert requirement_met.satisfied('x; platform_machine == "a(b" or (python_version >= "3"', {}, LINUX_312) is None  # unbalanced
 
 
 _nested = st.recursive(_clause, lambda inner: st.tuples(inner, st.sampled_from([" and ", " or "]), inner, st.booleans()).map(
@@ -152,10 +152,10 @@ def test_parentheses_and_prereleases_never_met_where_packaging_says_unmet(specs,
     text = "torch" + specs + f"; {marker}"
     env = dict(LINUX_312, python_version=python, python_full_version=python + ".1", platform_machine=machine)
     dists = {} if version is None else {"torch": {"version": version}}
-    fast = reqfast.satisfied(text, dists, env)
+    fast = requirement_met.satisfied(text, dists, env)
     assert fast in (True, None)
     if fast:
         assert packaging_says(text, dists, env) != "unmet", text
-    bare = reqfast.satisfied("torch" + specs, dists, env)
+    bare = requirement_met.satisfied("torch" + specs, dists, env)
     if bare:
         assert packaging_says("torch" + specs, dists, env) != "unmet", specs

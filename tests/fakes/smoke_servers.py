@@ -254,7 +254,7 @@ class WireServer:
             self.counters["accepted"] += accepted
         return {"num_draft_tokens": rounds * k, "num_accepted_draft_tokens": accepted}
 
-    # what an engine adds (tests/sglang_wire.py overrides these)
+    # what an engine adds (tests/fakes/sglang_wire.py overrides these)
     def models_payload(self) -> Dict[str, Any]:
         return {"object": "list", "data": [{"id": self.model, "object": "model", "max_model_len": 4096}]}
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from smoke_servers import WireServer
+from fakes.smoke_servers import WireServer
 
 
 class SGLangWireServer(WireServer):

@@ -1,4 +1,4 @@
-"""The Python-stack probe (probes/pyenv.py + probes/pystack.py) on real environments built in tmp dirs.
+"""The Python-stack probe (probes/python_stack_read.py + probes/python_stack.py) on real environments built in tmp dirs.
 
 Each environment is real files: dist-info folders with METADATA and RECORD as pip writes
 them, a torch package with the real ``version.py`` text recorded on the H200, and real ELF
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.probes import fatbin, pyenv_collect, pystack
+from gpudoctor.probes import child, fatbin, python_stack_collect, python_stack
 
 from fakes.site_packages import (COMPRESSED, FA2_SO, SM80_SM90_PTX90, SM86, TORCH_VERSION_PY, SitePackages, capture_section,
                                   make_venv, venv_site)
 
 
 def collect(site, **kwargs):
-    return pyenv_collect.collect_plain([str(site)], kwargs.pop("record", "stack"), kwargs.pop("scanner", fatbin.scan))
+    return python_stack_collect.collect_plain([str(site)], kwargs.pop("record", "stack"), kwargs.pop("scanner", fatbin.scan))
 
 
 def values(facts):
@@ -164,7 +164,7 @@ def test_duplicates_in_one_directory_and_across_the_path(site, tmp_path):
     user = SitePackages(tmp_path / "user-site")
     user.dist("transformers", "4.0.0")
     site.dist("transformers", "5.17.0")
-    facts = pyenv_collect.collect_plain([str(site.path), str(user.path)], "none", fatbin.scan)
+    facts = python_stack_collect.collect_plain([str(site.path), str(user.path)], "none", fatbin.scan)
     dupes = facts["packages.duplicates"]["value"]
     assert [c["version"] for c in dupes["torch"]] == ["2.11.0", "2.10.0"]  # the newer install first
     assert facts["packages.dists"]["value"]["torch"]["version"] == "2.11.0"
@@ -209,10 +209,10 @@ def test_symlink_loops_in_site_packages(site):
 
 
 def test_unreadable_path_entry(tmp_path):
-    facts = pyenv_collect.collect_plain([str(tmp_path / "does-not-exist"), str(tmp_path / "a-file")], "stack", fatbin.scan)
+    facts = python_stack_collect.collect_plain([str(tmp_path / "does-not-exist"), str(tmp_path / "a-file")], "stack", fatbin.scan)
     assert facts["packages.dists"]["value"] == {}
     (tmp_path / "a-file").write_text("x")
-    facts = pyenv_collect.collect_plain([str(tmp_path / "a-file")], "stack", fatbin.scan)
+    facts = python_stack_collect.collect_plain([str(tmp_path / "a-file")], "stack", fatbin.scan)
     assert facts["packages.unreadable"]["value"] == []
 
 
@@ -264,7 +264,7 @@ def test_script_form_runs_in_another_interpreter_with_the_same_answer(site, tmp_
     target = SitePackages(venv_site(tmp_path / "venv"))
     target.torch()
     target.dist("flash-attn", "2.8.3", files={FA2_SO: SM86})
-    facts = pystack.collect_other(str(python), dict(os.environ, PYTHONPATH=""), timeout=60)
+    facts = python_stack.collect_other(str(python), dict(os.environ, PYTHONPATH=""), timeout=60)
     assert facts["python.executable"].value == str(python)
     assert facts["python.prefix"].value == str(tmp_path / "venv")
     here = collect(site.path)
@@ -283,13 +283,13 @@ def test_pythonpath_is_honoured_under_isolated_mode(tmp_path):
     python = make_venv(tmp_path / "venv")
     extra = SitePackages(tmp_path / "extra")
     extra.dist("vllm", "0.20.0")
-    facts = pystack.collect_other(str(python), dict(os.environ, PYTHONPATH=str(extra.path)), timeout=60)
+    facts = python_stack.collect_other(str(python), dict(os.environ, PYTHONPATH=str(extra.path)), timeout=60)
     assert facts["packages.dists"].value["vllm"]["location"] == str(extra.path)
     assert facts["python.sys_path"].value[0] == str(extra.path)
 
 
 def test_the_bootstrap_is_ascii_and_compiles():
-    program = pystack.bootstrap()
+    program = python_stack.bootstrap()
     assert program.isascii()  # under LC_ALL=C an old interpreter decodes argv as ASCII
     compile(program, "<bootstrap>", "exec")
 
@@ -303,11 +303,11 @@ def test_user_site_is_added_back_outside_venvs(tmp_path):
     user.dist("userpkg", "1.0")
     env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH="")
     env.pop("PYTHONNOUSERSITE", None)
-    facts = pystack.collect_other(sys.executable, env, timeout=60)
+    facts = python_stack.collect_other(sys.executable, env, timeout=60)
     paths = facts["python.sys_path"].value
     assert paths.index(str(user.path)) < min(i for i, p in enumerate(paths) if p.endswith("site-packages") and p != str(user.path))
     assert facts["packages.dists"].value["userpkg"]["location"] == str(user.path)
-    facts = pystack.collect_other(sys.executable, dict(env, PYTHONNOUSERSITE="1"), timeout=60)
+    facts = python_stack.collect_other(sys.executable, dict(env, PYTHONNOUSERSITE="1"), timeout=60)
     assert "userpkg" not in facts["packages.dists"].value
 
 
@@ -331,14 +331,14 @@ def test_a_program_too_long_for_argv_goes_to_the_childs_stdin_not_to_a_file(monk
 
     python = make_venv(tmp_path / "venv")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
-    assert len(pystack.bootstrap({})) > pystack.ARG_MAX
-    facts = pystack.collect_other(str(python), dict(os.environ, PYTHONPATH=""), timeout=60)
+    assert len(python_stack.bootstrap({})) > child.ARG_MAX
+    facts = python_stack.collect_other(str(python), dict(os.environ, PYTHONPATH=""), timeout=60)
     assert facts["python.executable"].value == str(python) and facts["kernels.scan"].ok
     assert not (tmp_path / "no-such-dir").exists()
 
 
 def test_pth_files_give_the_path_a_normal_start_gives_without_running_their_imports(tmp_path):
-    """The child starts with -S and runs site.main() itself (pystack.SITE_FLAGS): the path lines of
+    """The child starts with -S and runs site.main() itself (python_stack.SITE_FLAGS): the path lines of
     the venv's .pth files are on the path, and so is what an "import" line adds to sys.path; a line
     that only imports a module (numba-cuda's redirector, coverage's hook) is not run: here one that
     would sleep 30 s and one that raises."""
@@ -353,7 +353,7 @@ def test_pth_files_give_the_path_a_normal_start_gives_without_running_their_impo
     (site / "c_slow.pth").write_text("import time; time.sleep(30)\n")
     (site / "d_broken.pth").write_text("import module_that_is_not_there\n")
     started = time.monotonic()
-    facts = pystack.collect_other(str(python), dict(os.environ, PYTHONPATH=""), timeout=20)
+    facts = python_stack.collect_other(str(python), dict(os.environ, PYTHONPATH=""), timeout=20)
     assert time.monotonic() - started < 15, "a .pth import line was run"
     assert facts["python.sys_path"].value == list(dict.fromkeys(p for p in normal if p))  # (site runs an import line once per visit of its directory)
     assert str(tmp_path / "extra") in facts["python.sys_path"].value and str(tmp_path / "added") in facts["python.sys_path"].value

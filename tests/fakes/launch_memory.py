@@ -1,5 +1,5 @@
 """vLLM's startup memory code as 0.33.0 and 0.34.0 write it, for the fake vLLM trees of
-tests/launch_fakes.py (the shapes of the real files; tests/real/test_vllm_memory.py reads the real ones)."""
+tests/fakes/launch_trees.py (the shapes of the real files; tests/real/test_vllm_memory.py reads the real ones)."""
 
 # vllm/v1/worker/utils.py request_memory, 0.33.0 (the same words from 0.20.0).
 MEMORY_CHECK_033 = '''

@@ -13,12 +13,12 @@ versions have (facts.md §3.3 #5, §4.4).
 import os
 from pathlib import Path
 
-from gpudoctor.gpu_table import override_snapshot, parse_spec
-from gpudoctor.probes import fatbin, flash_attn, pyenv_collect, pystack, vllm_build
+from gpudoctor.gpu_target import override_snapshot, parse_spec
+from gpudoctor.probes import fatbin, flash_attn, python_stack_collect, python_stack, vllm_build
 from gpudoctor.snapshot import Fact, Snapshot, ok
 from fakes.site_packages import FA2_SO, SM80_SM90_PTX90, TORCH_VERSION_PY, SitePackages
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 TORCHABI = REPO / "tests" / "fixtures" / "torchabi"
 EXT_OLD = TORCHABI / "ext_old.so"  # references c10::cuda::SetDevice(signed char) (_ZN3c104cuda9SetDeviceEa)
 EXT_GOOD = TORCHABI / "ext_good.so"  # references SetDevice(signed char, bool), which the stand-in libc10_cuda exports
@@ -160,13 +160,13 @@ def sglang(site: SitePackages, version: str = "0.5.23", requires=("flash-attn-4>
 
 
 def collect(paths, environ=None, options=None):
-    """The facts pystack collects in-process, for these path entries."""
+    """The facts python_stack collects in-process, for these path entries."""
     environ = dict({"PATH": ""} if environ is None else environ)
     if os.environ.get("GPUDOCTOR_CACHE_DIR"):  # the session's scan cache (conftest), never the user's ~/.cache
         environ.setdefault("GPUDOCTOR_CACHE_DIR", os.environ["GPUDOCTOR_CACHE_DIR"])
-    return pyenv_collect.collect_plain([str(p) for p in paths], "stack", fatbin.scan,
+    return python_stack_collect.collect_plain([str(p) for p in paths], "stack", fatbin.scan,
                                [flash_attn.collect_plain, vllm_build.collect_plain],
-                               pystack.probe_options() if options is None else options, environ)
+                               python_stack.probe_options() if options is None else options, environ)
 
 
 def snapshot(paths, gpu: str = "sm_80", environ=None, options=None, **facts) -> Snapshot:

@@ -1,10 +1,10 @@
-"""Every fact of one Python environment, in one pass: ``collect_plain`` (the readers of pyenv.py,
+"""Every fact of one Python environment, in one pass: ``collect_plain`` (the readers of python_stack_read.py,
 the kernel scan in a thread, the extra collectors, torch's link check) and ``main``, the program
 of ``--python``'s child (the facts as JSON on stdout).
 
-Standard library only and Python 3.8-compatible, like pyenv.py: inside the child the bootstrap
-(probes/pystack.py) loads it as ``gpudoctor_pyenv_collect`` after its siblings, which it takes
-from there (``pyenv.sibling``).
+Standard library only and Python 3.8-compatible, like python_stack_read.py (the constraints: probes/python_stack.py).
+What ``collect_plain`` gives is declared in python_stack.py (FACTS, FACTS_WHEN_FOUND): the child's
+failure path gives each of them the reason it failed, and a test holds the list to what a child gives.
 """
 
 from __future__ import annotations
@@ -13,22 +13,12 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
-# pyenv.py: the bootstrap's copy inside --python's child, else the package's, else the file beside
-# this one (run on its own); every other sibling through its ``sibling``.
-_pyenv = sys.modules.get("gpudoctor_pyenv")
-if _pyenv is None:
-    try:
-        from gpudoctor.probes import pyenv as _pyenv
-    except ImportError:
-        import importlib.util
+from gpudoctor.probes import kernel_scan as _kernel_scan
+from gpudoctor.probes import python_stack_read as _stack_read
+from gpudoctor.probes import scancache as _scancache
+from gpudoctor.probes import torch_links as _torch_links
 
-        _spec = importlib.util.spec_from_file_location("gpudoctor_pyenv", os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyenv.py"))
-        _pyenv = importlib.util.module_from_spec(_spec)
-        sys.modules["gpudoctor_pyenv"] = _pyenv
-        _spec.loader.exec_module(_pyenv)
-fact = _pyenv.fact
-sibling = _pyenv.sibling
-
+fact = _stack_read.fact
 
 TORCH_MAIN_LIBRARY = "libtorch_cuda.so"
 
@@ -74,50 +64,50 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     with what was read here (paths, dists, editable, facts, options, environ); one that raises
     turns its ``FACT_KEYS`` into error facts.
     """
-    paths = _pyenv.search_paths() if paths is None else list(paths)
+    paths = _stack_read.search_paths() if paths is None else list(paths)
     facts: Dict[str, Dict[str, Any]] = {}
     try:
-        first, shadowed, unreadable = _pyenv.scan_dists(paths, read_all=record != "stack")
+        first, shadowed, unreadable = _stack_read.scan_dists(paths, read_all=record != "stack")
     except Exception as exc:  # belt and braces: never let one odd file stop the report
-        facts.update(_pyenv.python_facts(paths))
-        facts.update(_pyenv.torch_facts(paths))
+        facts.update(_stack_read.python_facts(paths))
+        facts.update(_stack_read.torch_facts(paths))
         err = fact(None, "error", "dist-info", f"{type(exc).__name__}: {exc}")
         facts.update({"packages.dists": err, "packages.stack": err, "packages.duplicates": err})
         return facts
-    facts["packages.dists"] = fact({key: _pyenv.compact(d) for key, d in sorted(first.items())}, source="dist-info",
+    facts["packages.dists"] = fact({key: _stack_read.compact(d) for key, d in sorted(first.items())}, source="dist-info",
                                    detail=f"{len(first)} distributions")
-    editable = _pyenv.editable_mappings(paths)
+    editable = _stack_read.editable_mappings(paths)
     # The kernel scan waits on the disk when cold (probes/coldstart.py): it runs in a thread
     # while the RECORD checks and the extras below use the CPU, and is joined before
     # torch.arch_list, the one fact that needs what it found.
     scan = _KernelScan(paths, first, editable, scanner, environ)
-    facts.update(_pyenv.python_facts(paths))
-    facts.update(_pyenv.torch_facts(paths))  # torch's version.py and libc10's symbols: read while the scan waits
+    facts.update(_stack_read.python_facts(paths))
+    facts.update(_stack_read.torch_facts(paths))  # torch's version.py and libc10's symbols: read while the scan waits
     stack: Dict[str, Dict[str, Any]] = {}
-    cache = sibling("gpudoctor_scancache", "scancache.py").shared(environ)  # saved once, at the end
-    for key in _pyenv.STACK:
+    cache = _scancache.shared(environ)  # saved once, at the end
+    for key in _stack_read.STACK:
         dist = first.get(key)
         if dist is None:
             continue
-        entry = _pyenv.compact(dist)
+        entry = _stack_read.compact(dist)
         entry["requires"] = dist.get("requires", [])
         if dist.get("requires_python"):
             entry["requires_python"] = dist["requires_python"]
         if record in ("stack", "stack-full", "all"):
-            entry.update(_pyenv.record_check(dist, thorough=record != "stack", cache=cache))
+            entry.update(_stack_read.record_check(dist, thorough=record != "stack", cache=cache))
         stack[key] = entry
     if record == "all":
         for key, dist in first.items():
             if key not in stack:
-                entry = _pyenv.compact(dist)
-                entry.update(_pyenv.record_check(dist, thorough=True, cache=cache))
+                entry = _stack_read.compact(dist)
+                entry.update(_stack_read.record_check(dist, thorough=True, cache=cache))
                 stack[key] = entry
     facts["packages.stack"] = fact(stack, source="dist-info", detail=f"RECORD checked: {record}")
-    duplicates = {key: [dict(_pyenv.compact(first[key]), meta=first[key]["meta"])] + [dict(_pyenv.compact(d), meta=d["meta"]) for d in extra]
+    duplicates = {key: [dict(_stack_read.compact(first[key]), meta=first[key]["meta"])] + [dict(_stack_read.compact(d), meta=d["meta"]) for d in extra]
                   for key, extra in sorted(shadowed.items())}
     facts["packages.duplicates"] = fact(duplicates, source="dist-info")
     facts["packages.unreadable"] = fact(unreadable, source="dist-info")
-    engines = [dict(_pyenv.compact(first[key]), engine=label) for key, label in _pyenv.ENGINES if key in first]
+    engines = [dict(_stack_read.compact(first[key]), engine=label) for key, label in _stack_read.ENGINES if key in first]
     facts["engines.installed"] = fact(engines, source="dist-info",
                                       detail=", ".join(f"{e['engine']} {e['version']}" for e in engines) or "no inference engine installed")
     if editable:
@@ -137,7 +127,7 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     torch_dir = facts.get("torch.path", {}).get("value")
     facts["torch.arch_list"] = torch_arch_list(torch_dir, binaries)
     try:
-        facts.update(sibling("gpudoctor_torch_links", "torch_links.py").collect(
+        facts.update(_torch_links.collect(
             scan.shared_objects, torch_dir, first, cache, dict(os.environ) if environ is None else environ))
     except Exception as exc:  # the link check's bug must not cost the other facts
         facts["torch.extensions"] = fact(None, "error", "torch_links", f"{type(exc).__name__}: {exc}")
@@ -164,7 +154,7 @@ class _KernelScan:
 
     def _run(self, paths, first, editable, scanner, environ) -> None:
         try:
-            self.facts = sibling("gpudoctor_kernel_scan", "kernel_scan.py").collect(paths, first, editable, scanner, environ,
+            self.facts = _kernel_scan.collect(paths, first, editable, scanner, environ,
                                                                                      save=False, shared_objects=self.shared_objects)
         except Exception as exc:  # the scan's bug must not cost the other facts
             self.error = exc
@@ -191,7 +181,7 @@ def main(argv: Optional[List[str]] = None, scanner: Optional[Callable[[str], Any
     except ValueError:
         options = {}
     try:
-        out: Dict[str, Any] = {"facts": collect_plain(_pyenv.search_paths(pythonpath), record, scanner, extras,
+        out: Dict[str, Any] = {"facts": collect_plain(_stack_read.search_paths(pythonpath), record, scanner, extras,
                                                       options if isinstance(options, dict) else {})}
     except Exception as exc:  # the doctor turns this into an error fact
         out = {"error": f"{type(exc).__name__}: {exc}"}

@@ -149,7 +149,7 @@ class Spawner:
 
 
 PIDNS_ENV = "GPUDOCTOR_TEST_IN_PIDNS"
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @functools.lru_cache(maxsize=1)

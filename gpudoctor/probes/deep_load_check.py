@@ -13,12 +13,12 @@ on load, and a broken one can crash or hang the process that loads it.
 A torch extension needs torch's libraries (libc10.so …) loaded first, as ``import torch`` does
 for its users: a load that fails on one of those is retried after ``import torch``, so its
 verdict is about the extension, not about torch's libraries not being on the loader's path.
-A binary --deep already imported as a flash-attn or vLLM extension (probes/deep.py) is not
+A binary --deep already imported as a flash-attn or vLLM extension (probes/deep_import_check.py) is not
 loaded again; that outcome is used.
 
 This runs after the probes, when the GPUs to judge are known (``--gpu`` or the ones present):
 ``load(snapshot, ctx)`` -> ``{"kernels.load_check": Fact}``. Without --deep it is not called and
-probes/deep.py records the fact as "not run".
+probes/deep_import_check.py records the fact as "not run".
 """
 
 from __future__ import annotations
@@ -29,14 +29,13 @@ import re
 import sys
 from typing import Any, Dict, List, Optional
 
-from gpudoctor import runner
+from gpudoctor.probes import child
 from gpudoctor.knowledge.gpus import gpus_to_judge, kernel_support
 from gpudoctor.snapshot import ABSENT, ERROR, TIMEOUT, Fact, missing, ok
 
 MAX_LOADS = 8
 MAX_ERROR = 1000  # characters of one loader message kept
 MAX_OUTPUT = 256 << 10
-CHILD_SHARE = 0.8
 CHILD_MAX_S = 60.0
 FACT = "kernels.load_check"
 
@@ -124,7 +123,7 @@ def lacking(snapshot) -> List[Dict[str, Any]]:
 
 
 def _imported(snapshot) -> Dict[str, Dict[str, Any]]:
-    """What probes/deep.py saw importing flash-attn's and vLLM's extensions, by path."""
+    """What probes/deep_import_check.py saw importing flash-attn's and vLLM's extensions, by path."""
     out = {}
     for name in ("flash_attn.import_check", "vllm.import_check"):
         value = snapshot.value(name)
@@ -159,9 +158,9 @@ def load(snapshot, ctx) -> Dict[str, Fact]:
     torch: Optional[Dict[str, Any]] = None
     status, detail = "ok", ""
     if paths:
-        limit = min(max(ctx.timeout * CHILD_SHARE, 1.0), CHILD_MAX_S)
-        done = runner.run([python, "-I", "-c", PROGRAM, json.dumps(paths), ctx.environ.get("PYTHONPATH", "")],
-                          timeout=limit, env=ctx.environ, max_output=MAX_OUTPUT, deadline=getattr(ctx, "deadline", None))
+        limit = child.limit(ctx.timeout, 1.0, CHILD_MAX_S)
+        done = child.run(python, PROGRAM, [json.dumps(paths), child.pythonpath(ctx.environ)], ctx.environ, limit,
+                         getattr(ctx, "deadline", None), MAX_OUTPUT)
         started = None
         for line in done.stdout.splitlines():
             try:

@@ -16,7 +16,7 @@ picked out) becomes a fact:
 
 Without ``--deep`` both facts say "not run"; with it and nothing to load, "absent".
 ``kernels.load_check`` (every CUDA binary without code for a GPU, loaded with ctypes) is
-probes/deep_load.py's, after the probes; without --deep this probe records it as "not run".
+probes/deep_load_check.py's, after the probes; without --deep this probe records it as "not run".
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import re
 import sys
 from typing import Any, Dict, List
 
-from gpudoctor import bounded, runner
+from gpudoctor import bounded
+from gpudoctor.probes import child
 from gpudoctor.snapshot import ABSENT, ERROR, NOT_SUPPORTED, TIMEOUT, Fact, missing, ok
 
-CHILD_SHARE = 0.8
 CHILD_MAX_S = 120.0
 
 # Runs in the environment's interpreter under -I. argv: PYTHONPATH. Python 3.8-compatible.
@@ -93,7 +93,7 @@ def _not_run(detail: str, status: str = NOT_SUPPORTED) -> Dict[str, Fact]:
 
 def collect(ctx) -> Dict[str, Fact]:
     if not getattr(ctx, "deep", False):
-        # kernels.load_check too: under --deep, probes/deep_load.py records it after the probes.
+        # kernels.load_check too: under --deep, probes/deep_load_check.py records it after the probes.
         return {**_not_run("not run (use --deep to load the extensions in a child interpreter)"),
                 "kernels.load_check": missing(NOT_SUPPORTED, "not run (use --deep to load the binaries that lack code "
                                               "for a GPU in a child interpreter)", "--deep"),
@@ -103,9 +103,8 @@ def collect(ctx) -> Dict[str, Fact]:
     if not ctx.live and not getattr(ctx, "python", None):
         return _not_run("not run: --root is not this machine")
     python = getattr(ctx, "python", None) or sys.executable
-    limit = min(max(ctx.timeout * CHILD_SHARE, 1.0), CHILD_MAX_S)
-    done = runner.run([python, "-I", "-c", PROGRAM, ctx.environ.get("PYTHONPATH", "")], timeout=limit, env=ctx.environ,
-                      deadline=getattr(ctx, "deadline", None))
+    limit = child.limit(ctx.timeout, 1.0, CHILD_MAX_S)
+    done = child.run(python, PROGRAM, [child.pythonpath(ctx.environ)], ctx.environ, limit, getattr(ctx, "deadline", None))
     source = f"{python} -I (--deep)"
     if done.status == "timeout":
         return _not_run(f"{python} did not finish importing within {limit:g} s", TIMEOUT)

@@ -1,15 +1,31 @@
-"""The Python stack probe: torch, the installed distributions and the stack's CUDA kernels.
+"""The Python-environment child: every fact of a Python environment (torch, the installed
+distributions, the stack's CUDA kernels, flash-attn, vLLM's and SGLang's builds), read by
+standard-library code that runs inside that environment's own interpreter.
 
-Without ``--python`` it reads this interpreter's environment in-process. With
-``--python PATH`` it runs the same code (pyenv.py with pyenv_collect.py, fatbin.py, plus the flash-attn and vLLM
-collectors flash_attn.py and vllm_build.py, all stdlib-only) inside that interpreter —
-``PATH -I -c <bootstrap>`` with a timeout, through gpudoctor.runner — and reads the JSON it
-prints, so one pipx-installed gpudoctor serves every venv. Nothing from gpudoctor is imported
-there, and neither torch nor any extension: the child reads files.
+With ``--python PATH`` the code of CHILD_MODULES runs inside that interpreter (``PATH -I -S``,
+the program on ``-c`` or its standard input, through probes/child.py) and prints its facts as
+JSON, so one pipx-installed gpudoctor serves every venv. Without it the doctor's own
+environment is read the same way by a child of this interpreter (off this process's GIL), and
+in this process only where no interpreter can be started.
 
-``-I`` drops PYTHONPATH and the user site; the bootstrap adds PYTHONPATH back (passed as an
-argument) and pyenv.search_paths the user site outside venvs, so the path is the one a
-normal start of that interpreter would use.
+Design constraints (please preserve when editing):
+- The modules of CHILD_MODULES use the standard library only, with Python 3.8's syntax and
+  library: they run in whatever interpreter ``--python`` names, where gpudoctor and its
+  dependencies may not be installed. They never import torch, an engine or an extension (one
+  can crash or hang the interpreter that loads it): they read files (metadata, source text,
+  ELF headers). What must be loaded to be judged is --deep's (deep_import_check.py, deep_extensions_load.py, deep_load_check.py).
+- They import each other one way, ``from gpudoctor.probes import X``: in the doctor's process
+  that is the package; in the child the bootstrap serves exactly these names from the sources it
+  was handed (an installed gpudoctor of another version is never used), and any other gpudoctor
+  module fails to import there (tests/test_python_stack_child.py checks the sources too).
+- Every fact the child gives is declared (CHILD_FACTS: FACTS and FACTS_WHEN_FOUND below, each
+  extra collector's FACT_KEYS): when the child fails, times out or prints nonsense, each of
+  them carries that reason, never "not collected"; a test holds the list to what a child gives.
+- Every read is guarded and bounded: a failure is a fact with a status and the reason, never an
+  exception; the child runs under a limit (probes/child.py: a share of the timeout, never past
+  the deadline), its output capped, its whole process group killed at the limit.
+- The bootstrap runs ``site`` without the .pth files' import lines (SITE_FLAGS), so sys.path is
+  the one a normal start gives and nothing a .pth imports runs.
 """
 
 from __future__ import annotations
@@ -20,8 +36,9 @@ import os
 import sys
 from typing import Any, Dict, Optional, Tuple
 
-from gpudoctor import bounded, runner
-from gpudoctor.probes import coldstart, flash_attn, gitfiles, pyenv, scancache, sglang_kernels, vllm_build, vllm_kernels
+from gpudoctor import bounded
+from gpudoctor.probes import child as child_process
+from gpudoctor.probes import coldstart, flash_attn, gitfiles, python_stack_read, scancache, sglang_kernels, vllm_build, vllm_kernels
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 
@@ -48,13 +65,28 @@ class _Unrun:
 
 elf, fatbin_result, fatbin, forks = _Unrun("elf"), _Unrun("fatbin_result"), _Unrun("fatbin"), _Unrun("forks")
 dist_records, kernel_scan, dynamic_loader = _Unrun("dist_records"), _Unrun("kernel_scan"), _Unrun("dynamic_loader")
-torch_links, pyenv_collect = _Unrun("torch_links"), _Unrun("pyenv_collect")
+torch_links, python_stack_collect = _Unrun("torch_links"), _Unrun("python_stack_collect")
 
-# The child must answer within this share of the global deadline (the rest is for us).
-CHILD_SHARE = 0.8
 CHILD_MAX_S = 60.0
 MAX_CHILD_OUTPUT = 8 << 20  # the facts of a venv with ~100 dists are ~100 KiB of JSON; 2,000 dists ~2 MiB
-ARG_MAX = 120_000  # bytes of program passed with -c; a longer one goes to the child's standard input
+
+# The child's code: every module the bootstrap serves there (the order is only the seeding's).
+CHILD_MODULES = (elf, fatbin_result, fatbin, forks, coldstart, python_stack_read, scancache, dist_records, kernel_scan, dynamic_loader,
+                 torch_links, python_stack_collect, flash_attn, vllm_build, gitfiles, vllm_kernels, sglang_kernels)
+# Collectors imported there only when the environment has what they look at (their TRIGGER_*).
+EXTRAS = (flash_attn, vllm_build, vllm_kernels, sglang_kernels)
+# Every fact a child gives (and, failing, gives with its reason); python.requested is this side's.
+# Every fact python_stack_collect.collect_plain gives, and those it gives only when there is something to
+# say: torch's details when torch is installed, the editable installs when any. Declared here, not
+# in python_stack_collect, so this process knows them without running the scan's modules.
+FACTS = ("python.executable", "python.version", "python.prefix", "python.sys_path", "python.marker_env",
+         "torch.version", "torch.cuda", "torch.arch_list", "torch.extensions",
+         "packages.dists", "packages.stack", "packages.duplicates", "packages.unreadable", "engines.installed",
+         "kernels.binaries", "kernels.scan")
+FACTS_WHEN_FOUND = ("torch.path", "torch.hip", "torch.git_version", "torch.cxx11_abi", "packages.editable")
+# Every fact a child gives (and, failing, gives with its reason); python.requested is this side's.
+CHILD_FACTS = FACTS + FACTS_WHEN_FOUND + tuple(key for extra in EXTRAS for key in extra.FACT_KEYS)
+PACKAGE = "gpudoctor.probes."
 
 # The child runs with -S, and the bootstrap then calls site.main() itself with the .pth files'
 # "import" lines not run: sys.path is the one a normal start gives (same on every
@@ -69,7 +101,7 @@ import sys, types
 if sys.version_info < (3, 8):
     sys.stderr.write("gpudoctor's probe needs Python 3.8 or newer; this is Python %d.%d\\n" % sys.version_info[:2])
     sys.exit(3)
-if sys.flags.no_site:  # -S: the site directories are added here, as a normal start adds them (pystack.SITE_FLAGS)
+if sys.flags.no_site:  # -S: the site directories are added here, as a normal start adds them (python_stack.SITE_FLAGS)
     import site
     def _pth_line(code, *args):
         if "sys.path" in code or "addsitedir" in code:  # it changes the path the probe reads: run it as site would
@@ -110,14 +142,31 @@ def _code(name, source):
         except Exception:
             pass
     return code
-def _load(name, source):
-    module = types.ModuleType(name)
-    sys.modules[name] = module
-    exec(_code(name, source), module.__dict__)
-    return module
-def _lazy(name, source, dists, dirs, empty, needs=()):
-    # Compiled only when the environment has what it looks at (dists, or directories on the path);
-    # ``needs``: (name, source) of modules it imports, loaded first unless already there.
+_SOURCES = {sources}
+class _Served:
+    # gpudoctor.probes.NAME for each NAME of _SOURCES, and nothing else of gpudoctor: the child's
+    # modules import each other as they do in the package (python_stack's design constraints).
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        if fullname.startswith("gpudoctor.probes.") and fullname[17:] in _SOURCES:
+            import importlib.machinery
+            return importlib.machinery.ModuleSpec(fullname, _Served)
+        return None
+    @staticmethod
+    def create_module(spec):
+        return None
+    @staticmethod
+    def exec_module(module):
+        exec(_code(module.__name__, _SOURCES[module.__name__[17:]]), module.__dict__)
+for _name in ("gpudoctor", "gpudoctor.probes"):
+    sys.modules[_name] = types.ModuleType(_name)
+    sys.modules[_name].__path__ = []
+sys.modules["gpudoctor"].probes = sys.modules["gpudoctor.probes"]
+sys.modules["gpudoctor.probes"].IN_CHILD = True  # forks.py forks only here
+sys.meta_path.insert(0, _Served)
+def _gated(name, dists, dirs, empty):
+    # An extra collector, imported only when the environment has what it looks at (dists, or
+    # directories on the path); else its empty facts.
     def collect(ctx):
         import os
         found = any(d in (ctx.get("dists") or {{}}) for d in dists) or any(
@@ -126,28 +175,12 @@ def _lazy(name, source, dists, dirs, empty, needs=()):
         if not found:
             import json
             return json.loads(empty)
-        for other, text in needs:
-            if other not in sys.modules:
-                _load(other, text)
-        return _load(name, source).collect_plain(ctx)
-    collect.__module__ = name
+        import importlib
+        return importlib.import_module("gpudoctor.probes." + name).collect_plain(ctx)
+    collect.__module__ = "gpudoctor.probes." + name
     return collect
-_elf = _load("gpudoctor_elf", {elf})
-_load("gpudoctor_fatbin_result", {fatbin_result})
-_fatbin = _load("gpudoctor_fatbin", {fatbin})
-_load("gpudoctor_forks", {forks})
-_load("gpudoctor_coldstart", {coldstart})
-_load("gpudoctor_pyenv", {pyenv})
-_scancache = _load("gpudoctor_scancache", {scancache})
-_load("gpudoctor_dist_records", {dist_records})
-_kernel_scan = _load("gpudoctor_kernel_scan", {kernel_scan})
-_load("gpudoctor_dynamic_loader", {dynamic_loader})
-_load("gpudoctor_torch_links", {torch_links})
-_collect = _load("gpudoctor_pyenv_collect", {pyenv_collect})
-_vk = {vllm_kernels}
-_extras = [_lazy("gpudoctor_flash_attn", {flash_attn}, {fa_gate}), _lazy("gpudoctor_vllm_build", {vllm_build}, {vb_gate}, (("gpudoctor_gitfiles", {gitfiles}),)),
-           _lazy("gpudoctor_vllm_kernels", _vk, {vk_gate}),
-           _lazy("gpudoctor_sglang_kernels", {sglang_kernels}, {sk_gate}, (("gpudoctor_vllm_kernels", _vk),))]
+from gpudoctor.probes import fatbin as _fatbin, python_stack_collect as _collect
+_extras = [{extras}]
 sys.exit(_collect.main(sys.argv[1:], scanner=_fatbin.scan, extras=_extras))
 """
 
@@ -164,27 +197,22 @@ def _source(module) -> str:
 
 
 def bootstrap(environ=None) -> str:
-    """The ``-c`` program: the stdlib probe modules (elf, fatbin_result, fatbin, forks, coldstart, pyenv, scancache, dist_records, kernel_scan, dynamic_loader, torch_links, pyenv_collect; flash_attn,
-    vllm_build with gitfiles, vllm_kernels and sglang_kernels when needed) as modules, then pyenv_collect.main."""
+    """The child's program: CHILD_MODULES' sources served as ``gpudoctor.probes.*``, the extra
+    collectors behind their gates, then python_stack_collect.main."""
     where = scancache.cache_dir(os.environ if environ is None else environ)
     code_dir = os.path.join(where, "probe-code") if where else ""
-    return _BOOTSTRAP.format(code_dir=ascii(code_dir), elf=ascii(_source(elf)), fatbin_result=ascii(_source(fatbin_result)), fatbin=ascii(_source(fatbin)),
-                             forks=ascii(_source(forks)), coldstart=ascii(_source(coldstart)), pyenv=ascii(_source(pyenv)), scancache=ascii(_source(scancache)), dist_records=ascii(_source(dist_records)),
-                             kernel_scan=ascii(_source(kernel_scan)), torch_links=ascii(_source(torch_links)), pyenv_collect=ascii(_source(pyenv_collect)),
-                             dynamic_loader=ascii(_source(dynamic_loader)),
-                             flash_attn=ascii(_source(flash_attn)), vllm_build=ascii(_source(vllm_build)), gitfiles=ascii(_source(gitfiles)),
-                             vllm_kernels=ascii(_source(vllm_kernels)), sglang_kernels=ascii(_source(sglang_kernels)),
-                             fa_gate=_gate(flash_attn), vb_gate=_gate(vllm_build), vk_gate=_gate(vllm_kernels),
-                             sk_gate=_gate(sglang_kernels))
+    sources = "{" + ", ".join(f"{ascii(_short(m))}: {ascii(_source(m))}" for m in CHILD_MODULES) + "}"
+    extras = ", ".join(f"_gated({ascii(_short(m))}, {_gate(m)})" for m in EXTRAS)
+    return _BOOTSTRAP.format(code_dir=ascii(code_dir), sources=sources, extras=extras)
 
 
-# The modules of _BOOTSTRAP, by the names it loads them under.
-_BOOTSTRAPPED = (("gpudoctor_elf", elf), ("gpudoctor_fatbin_result", fatbin_result), ("gpudoctor_fatbin", fatbin), ("gpudoctor_forks", forks), ("gpudoctor_coldstart", coldstart),
-                 ("gpudoctor_pyenv", pyenv), ("gpudoctor_scancache", scancache), ("gpudoctor_dist_records", dist_records),
-                 ("gpudoctor_kernel_scan", kernel_scan),
-                 ("gpudoctor_dynamic_loader", dynamic_loader), ("gpudoctor_torch_links", torch_links), ("gpudoctor_pyenv_collect", pyenv_collect), ("gpudoctor_flash_attn", flash_attn), ("gpudoctor_vllm_build", vllm_build),
-                 ("gpudoctor_gitfiles", gitfiles),
-                 ("gpudoctor_vllm_kernels", vllm_kernels), ("gpudoctor_sglang_kernels", sglang_kernels))
+def _short(module) -> str:
+    """gpudoctor.probes.elf -> elf"""
+    return module.__name__[len(PACKAGE):]
+
+
+# The modules of _BOOTSTRAP, by the names it serves them under.
+_BOOTSTRAPPED = tuple((module.__name__, module) for module in CHILD_MODULES)
 
 
 def seed_code(environ) -> None:
@@ -254,12 +282,10 @@ def collect(ctx) -> Dict[str, Fact]:
                               own) if python else None
     if facts is not None:  # None: only a child standing for this process that could not answer
         return facts
-    from gpudoctor.probes import fatbin as fatbin_module, pyenv_collect as collect_module  # only here is the scan run in this process
+    from gpudoctor.probes import fatbin as fatbin_module, python_stack_collect as collect_module  # only here is the scan run in this process
 
-    plain = collect_module.collect_plain(None, _record_mode(ctx), fatbin_module.scan,
-                                [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain,
-                                 sglang_kernels.collect_plain],
-                                probe_options, dict(ctx.environ))  # options: called only when vLLM is installed
+    plain = collect_module.collect_plain(None, _record_mode(ctx), fatbin_module.scan, [extra.collect_plain for extra in EXTRAS],
+                                         probe_options, dict(ctx.environ))  # options: called only when vLLM is installed
     return _facts(plain, "")
 
 
@@ -297,32 +323,25 @@ def collect_other(python: str, environ, timeout: float, record: str = "stack", d
 def start_other(python: str, environ, timeout: float, record: str = "stack", deadline: Optional[float] = None,
                 own: bool = False) -> "_Child":
     """``collect_other``'s first half: the child is started and this returns at once."""
-    limit = min(max(timeout * CHILD_SHARE, 0.5), CHILD_MAX_S)
+    limit = child_process.limit(timeout, 0.5, CHILD_MAX_S)
     program = bootstrap(environ)
     seed_code(environ)  # used by a child of this Python version (the key has its cache tag), ignored by others
-    args = [environ.get("PYTHONPATH", ""), record, json.dumps(probe_options())]
-    if len(program) < ARG_MAX:
-        started = runner.start([python, *SITE_FLAGS, "-c", program] + args, timeout=limit, env=environ, deadline=deadline,
-                               max_output=MAX_CHILD_OUTPUT)
-    else:  # too long for one argv string (Linux MAX_ARG_STRLEN is 128 KiB): on its standard input,
-        # never through a file (a read-only or full /tmp, as in a locked-down container, must not cost the probe)
-        started = runner.start([python, *SITE_FLAGS, "-"] + args, timeout=limit, env=environ, deadline=deadline,
-                               max_output=MAX_CHILD_OUTPUT, stdin=program.encode("ascii"))
-    return _Child(python, started, own, limit)
+    args = [child_process.pythonpath(environ), record, json.dumps(probe_options())]
+    return _Child(child_process.start(python, program, args, environ, limit, deadline, MAX_CHILD_OUTPUT, SITE_FLAGS), own)
 
 
 class _Child:
     """The probe's child interpreter, started; ``answer()`` waits for it and reads its facts."""
 
-    def __init__(self, python: str, started: runner.Started, own: bool, limit: float) -> None:
-        self.python, self.started, self.own, self.limit = python, started, own, limit
+    def __init__(self, launched: child_process.Launched, own: bool) -> None:
+        self.launched, self.own = launched, own
 
     def answer(self) -> Any:
-        done = self.started.wait()
-        python, own, limit = self.python, self.own, self.limit
+        done = self.launched.wait()
+        python, own, limit = self.launched.python, self.own, self.launched.limit
         source = "" if own else f"--python {python}"
         if own and done.status == "timeout":  # no time left to read it here instead
-            facts = _failed(python, TIMEOUT, f"the Python probe (a child of {python}) did not answer: {done.detail}", source)
+            facts = failed(python, TIMEOUT, f"the Python probe (a child of {python}) did not answer: {done.detail}", source)
             del facts["python.requested"]
             return facts
         if own and done.status != "ok":
@@ -346,35 +365,21 @@ class _Child:
                 reason = "it printed nothing (is it a Python interpreter?)"
             else:
                 reason = f"unexpected output: {done.stdout.strip()[:120]!r}"
-            return _failed(python, ERROR, f"the probe in {python} failed: {reason}", source)
+            return failed(python, ERROR, f"the probe in {python} failed: {reason}", source)
         if done.status == "timeout":
             # The runner's own reason: the limit it really had (cut to the deadline), or "not run: no time left".
-            return _failed(python, TIMEOUT, done.detail or f"{python} did not answer within {limit:g} s", source)
+            return failed(python, TIMEOUT, done.detail or f"{python} did not answer within {limit:g} s", source)
         if done.status == "absent":
-            return _failed(python, "absent", f"{python}: not found", source)
+            return failed(python, "absent", f"{python}: not found", source)
         stderr_lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
         last = stderr_lines[-1] if stderr_lines else done.detail
-        return _failed(python, ERROR, f"{python} could not run the probe: {last.strip()[:200]}", source)
+        return failed(python, ERROR, f"{python} could not run the probe: {last.strip()[:200]}", source)
 
 
-def _failed(python: str, status: str, detail: str, source: str) -> Dict[str, Fact]:
+def failed(python: str, status: str, detail: str, source: str) -> Dict[str, Fact]:
+    """What a child that did not answer gives: every fact of CHILD_FACTS with the reason."""
     fact = missing(status, detail, source)
-    return {
-        "python.requested": Fact(python, "ok", source),
-        "python.executable": fact,
-        "python.version": fact,
-        "torch.version": fact,
-        "torch.cuda": fact,
-        "packages.dists": fact,
-        "packages.stack": fact,
-        "kernels.binaries": fact,
-        "kernels.scan": fact,
-        "torch.extensions": fact,
-        "flash_attn.variants": fact,
-        "flash_attn.namespace": fact,
-        "vllm.build": fact,
-        "vllm.extensions": fact,
-    }
+    return {"python.requested": Fact(python, "ok", source), **dict.fromkeys(CHILD_FACTS, fact)}
 
 
 def _facts(plain: Dict[str, Any], source: str) -> Dict[str, Fact]:

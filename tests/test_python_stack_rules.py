@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.probes import fatbin, pyenv_collect
+from gpudoctor.probes import fatbin, python_stack_collect
 from gpudoctor.snapshot import Fact, Snapshot
 from helpers import outcome
 
@@ -152,7 +152,7 @@ def test_gd504_across_the_path_only_for_the_stack(tmp_path):
     user.dist("torch", "2.9.0")
     user.dist("six", "1.16.0")
     snap = Snapshot.load(str(H200))
-    plain = pyenv_collect.collect_plain([str(venv.path), str(user.path)], "stack", fatbin.scan)
+    plain = python_stack_collect.collect_plain([str(venv.path), str(user.path)], "stack", fatbin.scan)
     snap.facts.update({path: Fact.from_json(data) for path, data in plain.items()})
     assert set(plain["packages.duplicates"]["value"]) == {"torch", "six"}
     [finding] = outcome(snap, "GD504").findings

@@ -19,13 +19,12 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-from gpudoctor import runner
-from gpudoctor.probes.deep_load import MAX_ERROR, MAX_OUTPUT, explain
+from gpudoctor.probes import child
+from gpudoctor.probes.deep_load_check import MAX_ERROR, MAX_OUTPUT, explain
 from gpudoctor.snapshot import ABSENT, ERROR, TIMEOUT, Fact, missing, ok
 
 FACT = "torch.extensions_load"
 MAX_LOADS = 16
-CHILD_SHARE = 0.8
 CHILD_MAX_S = 60.0
 
 # argv: JSON list of paths, PYTHONPATH. Python 3.8-compatible; one JSON line per event, flushed, so
@@ -76,9 +75,9 @@ def load(snapshot, ctx) -> Dict[str, Fact]:
     if not paths:
         return {FACT: missing(ABSENT, "no shared object outside torch links torch: nothing to load", source)}
     todo, left_out = paths[:MAX_LOADS], max(0, len(paths) - MAX_LOADS)
-    limit = min(max(ctx.timeout * CHILD_SHARE, 1.0), CHILD_MAX_S)
-    done = runner.run([python, "-I", "-c", PROGRAM, json.dumps(todo), ctx.environ.get("PYTHONPATH", "")],
-                      timeout=limit, env=ctx.environ, max_output=MAX_OUTPUT, deadline=getattr(ctx, "deadline", None))
+    limit = child.limit(ctx.timeout, 1.0, CHILD_MAX_S)
+    done = child.run(python, PROGRAM, [json.dumps(todo), child.pythonpath(ctx.environ)], ctx.environ, limit,
+                     getattr(ctx, "deadline", None), MAX_OUTPUT)
     torch: Optional[Dict[str, Any]] = None
     results: Dict[str, Dict[str, Any]] = {}
     started = None

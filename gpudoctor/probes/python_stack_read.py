@@ -3,9 +3,9 @@
 Standard library only and Python 3.8-compatible, on purpose: this module also runs inside
 another interpreter (``--python``: the venv where vLLM lives) as a script given to ``-I -c``,
 so it cannot depend on gpudoctor or its deps. One code path, two places to run it:
-probes.pystack calls pyenv_collect.py's ``collect_plain`` (which calls the readers here) in the
+probes.python_stack calls python_stack_collect.py's ``collect_plain`` (which calls the readers here) in the
 doctor's process, or runs these files' source (with fatbin.py's) in the other interpreter and
-reads the JSON that pyenv_collect's ``main`` prints.
+reads the JSON that python_stack_collect's ``main`` prints.
 
 What it reads, never importing any of it:
 - ``torch/version.py`` text (``__version__``, ``cuda``, ``hip``, ``git_version``); torch's C++
@@ -134,8 +134,10 @@ def torch_abi(torch_dir: str) -> Dict[str, Any]:
 
 
 def elf_module():
-    """probes/elf.py, the one ELF reader (see sibling for where it comes from)."""
-    return sibling("gpudoctor_elf", "elf.py")
+    """probes/elf.py, the one ELF reader (imported when first needed)."""
+    from gpudoctor.probes import elf
+
+    return elf
 
 
 def elf_section(path: str, name: str, limit: int) -> Optional[bytes]:
@@ -426,7 +428,9 @@ def record_check(dist: Dict[str, Any], thorough: bool = False, cache=None) -> Di
         return {"record": "absent", "detail": "egg-info install: no RECORD"}
     record = os.path.join(dist["location"], dist["meta"], "RECORD")
     kind = RECORD_CHECK_KINDS[bool(thorough)]
-    key = sibling("gpudoctor_scancache", "scancache.py").file_key(record) if cache is not None else None
+    from gpudoctor.probes import scancache
+
+    key = scancache.file_key(record) if cache is not None else None
     cached = cache.get(kind, record, key) if key is not None else None
     if cached is not None and isinstance(cached.get("paths"), list) and all(isinstance(p, str) for p in cached["paths"]):
         paths = cached["paths"]
@@ -520,24 +524,3 @@ def package_dir(package: str, paths: Iterable[str], editable: Dict[str, str]) ->
             return candidate
     target = editable.get(package)
     return target if target and os.path.isdir(target) else None
-
-
-# --- CUDA binaries: every shared object on the path with device code (probes/kernel_scan.py) ----
-def sibling(module_name: str, file_name: str):
-    """A stdlib probe module: the bootstrap's copy inside --python's child, else the package's,
-    else the file beside this one (this file run on its own)."""
-    module = sys.modules.get(module_name)
-    if module is not None:
-        return module
-    try:
-        import importlib
-
-        return importlib.import_module("gpudoctor.probes." + file_name[:-3])
-    except ImportError:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(module_name, os.path.join(os.path.dirname(os.path.abspath(__file__)), file_name))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-        return module

@@ -1,4 +1,4 @@
-"""The doctor's own environment is read in a child of its own interpreter (probes/pystack.py).
+"""The doctor's own environment is read in a child of its own interpreter (probes/python_stack.py).
 
 Off the doctor's GIL, the stdlib probe runs on another core while the other probes and the rules
 run in the doctor's process. It must give what the in-process probe gives, and fall back to the
@@ -10,23 +10,23 @@ from __future__ import annotations
 import site
 import sys
 
-from gpudoctor.probes import Context, fatbin, flash_attn, pyenv_collect, pystack, sglang_kernels, vllm_build, vllm_kernels
+from gpudoctor.probes import Context, fatbin, flash_attn, python_stack_collect, python_stack, sglang_kernels, vllm_build, vllm_kernels
 from helpers import private_env
 
 
 def _in_process():
-    plain = pyenv_collect.collect_plain(None, "stack", fatbin.scan,
+    plain = python_stack_collect.collect_plain(None, "stack", fatbin.scan,
                                 [flash_attn.collect_plain, vllm_build.collect_plain, vllm_kernels.collect_plain,
                                  sglang_kernels.collect_plain],
-                                pystack.probe_options, private_env())
-    return pystack._facts(plain, "")
+                                python_stack.probe_options, private_env())
+    return python_stack._facts(plain, "")
 
 
 def test_the_child_gives_what_the_in_process_probe_gives(monkeypatch):
     calls = []
-    real = pystack.collect_other
-    monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
-    child = pystack.collect(Context(environ=private_env()))
+    real = python_stack.collect_other
+    monkeypatch.setattr(python_stack, "collect_other", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    child = python_stack.collect(Context(environ=private_env()))
     assert calls == [sys.executable]  # it did start a child of this interpreter
     here = _in_process()
     assert "python.requested" not in child  # not a --python run: the doctor's own environment
@@ -53,8 +53,8 @@ def test_the_child_gives_what_the_in_process_probe_gives(monkeypatch):
 
 def test_without_an_interpreter_to_start_it_reads_in_process(monkeypatch):
     monkeypatch.setattr(sys, "executable", "")
-    monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no child")))
-    facts = pystack.collect(Context(environ=private_env()))
+    monkeypatch.setattr(python_stack, "collect_other", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no child")))
+    facts = python_stack.collect(Context(environ=private_env()))
     assert facts["python.executable"].ok
 
 
@@ -63,7 +63,7 @@ def test_a_child_that_cannot_answer_falls_back_to_the_in_process_probe(monkeypat
     broken.write_text("#!/bin/sh\necho not json\n")
     broken.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(broken))
-    facts = pystack.collect(Context(environ=private_env()))
+    facts = python_stack.collect(Context(environ=private_env()))
     assert facts["python.executable"].ok and "python.requested" not in facts
 
 
@@ -72,8 +72,8 @@ def test_a_child_out_of_time_is_a_timeout_not_a_second_try(monkeypatch, tmp_path
     slow.write_text("#!/bin/sh\nsleep 30\n")
     slow.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(slow))
-    monkeypatch.setattr(pyenv_collect, "collect_plain", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read again")))
-    facts = pystack.collect(Context(environ=private_env(), timeout=1))
+    monkeypatch.setattr(python_stack_collect, "collect_plain", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read again")))
+    facts = python_stack.collect(Context(environ=private_env(), timeout=1))
     assert facts["python.executable"].status == "timeout" and "did not answer" in facts["python.executable"].detail
     assert "python.requested" not in facts
 
@@ -83,11 +83,11 @@ def test_the_child_finds_this_process_compiled_code_and_compiles_nothing(tmp_pat
     cache, the probe-code directory holds exactly the seeded files (a wrong key would make the
     child compile and write others), and a second run changes none of them."""
     env = {"GPUDOCTOR_CACHE_DIR": str(tmp_path / "c")}
-    pystack.seed_code(env)
+    python_stack.seed_code(env)
     code = tmp_path / "c" / "probe-code"
     seeded = {p.name: p.stat().st_mtime_ns for p in code.iterdir()}
-    assert len(seeded) == len(pystack._BOOTSTRAPPED)
-    facts = pystack.collect(Context(environ=env))
+    assert len(seeded) == len(python_stack._BOOTSTRAPPED)
+    facts = python_stack.collect(Context(environ=env))
     assert facts["python.executable"].ok and facts["kernels.scan"].ok
     assert {p.name: p.stat().st_mtime_ns for p in code.iterdir()} == seeded
 
@@ -95,12 +95,12 @@ def test_the_child_finds_this_process_compiled_code_and_compiles_nothing(tmp_pat
 def test_a_frozen_build_reads_in_process(monkeypatch):
     """A frozen gpudoctor's sys.executable is gpudoctor itself, not a Python to run the probe with."""
     monkeypatch.setattr(sys, "frozen", True, raising=False)
-    monkeypatch.setattr(pystack, "collect_other", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no child")))
-    assert pystack.collect(Context(environ=private_env()))["python.executable"].ok
+    monkeypatch.setattr(python_stack, "collect_other", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no child")))
+    assert python_stack.collect(Context(environ=private_env()))["python.executable"].ok
 
 
 def test_the_child_is_started_before_the_other_probes_are_imported(monkeypatch):
-    """probes.Running calls pystack.launch in its own thread before it imports the other probes'
+    """probes.Running calls python_stack.launch in its own thread before it imports the other probes'
     modules (pynvml, ctypes …, which hold the GIL while a cold disk loads them)."""
     from gpudoctor import probes, runner
 
@@ -111,7 +111,7 @@ def test_the_child_is_started_before_the_other_probes_are_imported(monkeypatch):
     def other(ctx):
         return {}
     other.preload = lambda: order.append("other imported")  # type: ignore[attr-defined]
-    snapshot = probes.start(Context(environ=private_env()), [("python", probes._lazy("pystack")), ("other", other)]).finish()
+    snapshot = probes.start(Context(environ=private_env()), [("python", probes._lazy("python_stack")), ("other", other)]).finish()
     assert order == ["child started", "other imported"]
     assert snapshot.facts["python.executable"].ok and "python.requested" not in snapshot.facts
 
@@ -119,7 +119,7 @@ def test_the_child_is_started_before_the_other_probes_are_imported(monkeypatch):
 def test_a_launch_that_raises_leaves_the_work_to_the_probe_thread(monkeypatch):
     from gpudoctor import probes
 
-    real = pystack.start_other
+    real = python_stack.start_other
     calls = []
 
     def once(*a, **k):
@@ -127,9 +127,9 @@ def test_a_launch_that_raises_leaves_the_work_to_the_probe_thread(monkeypatch):
         if len(calls) == 1:
             raise OSError("no temp dir")
         return real(*a, **k)
-    monkeypatch.setattr(pystack, "start_other", once)
+    monkeypatch.setattr(python_stack, "start_other", once)
     ctx = Context(environ=private_env())
-    snapshot = probes.start(ctx, [("python", probes._lazy("pystack"))]).finish()
+    snapshot = probes.start(ctx, [("python", probes._lazy("python_stack"))]).finish()
     assert len(calls) == 2 and snapshot.facts["python.executable"].ok
     assert any("launch raised" in line and "no temp dir" in line for line in ctx.debug)
 

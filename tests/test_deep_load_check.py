@@ -1,4 +1,4 @@
-"""``--deep`` loads each CUDA binary without code for a GPU in a child interpreter (probes/deep_load.py)
+"""``--deep`` loads each CUDA binary without code for a GPU in a child interpreter (probes/deep_load_check.py)
 and GD201 quotes what the loader said.
 
 Real venvs holding real nvcc-built binaries under packages gpudoctor has never heard of:
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.probes import Context, deep_load, fatbin
+from gpudoctor.probes import Context, deep_load_check, fatbin
 from gpudoctor.snapshot import Snapshot
 
 from fakes.site_packages import SM86, SitePackages, make_venv, venv_site
@@ -117,8 +117,8 @@ def _snapshot(python) -> Snapshot:
 def test_never_loaded_in_the_doctors_process_and_bounded(venv, monkeypatch):
     python, site = venv
     snap = _snapshot(python)
-    monkeypatch.setattr(deep_load, "MAX_LOADS", 2)
-    facts = deep_load.load(snap, Context(python=str(python), deep=True, environ=dict(os.environ), timeout=30))
+    monkeypatch.setattr(deep_load_check, "MAX_LOADS", 2)
+    facts = deep_load_check.load(snap, Context(python=str(python), deep=True, environ=dict(os.environ), timeout=30))
     value = facts["kernels.load_check"].value
     assert [Path(b["path"]).name for b in value["binaries"]] == ["_ops.so", "_C.so"]  # by path: cu12kernels, needstorch
     assert value["left_out"] == 2 and "2 more not loaded (at most 2)" in facts["kernels.load_check"].detail
@@ -135,7 +135,7 @@ def test_a_child_that_dies_loading_a_library_names_it(venv, tmp_path):
     quitter = tmp_path / "python"
     quitter.write_text("#!/bin/sh\nexit 3\n", encoding="utf-8")
     quitter.chmod(0o755)
-    facts = deep_load.load(snap, Context(python=str(quitter), deep=True, environ=dict(os.environ), timeout=5))
+    facts = deep_load_check.load(snap, Context(python=str(quitter), deep=True, environ=dict(os.environ), timeout=5))
     fact = facts["kernels.load_check"]
     assert fact.status == "error" and "exited 3" in fact.detail
     assert all(b["status"] == "not_loaded" for b in fact.value["binaries"])
@@ -149,7 +149,7 @@ def test_the_load_check_gets_only_what_is_left_of_the_deadline(venv):
     python, _ = venv
     snap = _snapshot(python)
     ctx = Context(python=str(python), deep=True, environ=dict(os.environ), timeout=30, deadline=time.monotonic() - 1)
-    fact = deep_load.load(snap, ctx)["kernels.load_check"]
+    fact = deep_load_check.load(snap, ctx)["kernels.load_check"]
     assert fact.status == "timeout" and "no time left" in fact.detail, fact
     assert all(b["status"] == "not_loaded" for b in fact.value["binaries"])
 
