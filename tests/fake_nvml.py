@@ -111,6 +111,12 @@ def h200x2() -> Dict[str, Any]:
                      "mem": {"total": gpu["mem_total"], "used": used, "free": gpu["mem_free"]}})
         if gpu["numa"] is not None:
             gpus[-1]["numa"] = gpu["numa"]
+    # The per-link error counters, read by nvmlDeviceGetNvLinkErrorCounter on a lent 2xH200 of the same kind
+    # (h200x2-nvswitch/nvlink-errors.json, beside its `nvidia-smi nvlink -e`): its total fields answer NotSupported.
+    errors = json.loads((GROUND / "h200x2-nvswitch" / "nvlink-errors.json").read_text(encoding="utf-8"))["gpus"]
+    for index, gpu in enumerate(gpus):
+        gpu["nvlink_errors"] = {int(link): {int(c): v for c, v in row["errors"].items()}
+                                for link, row in errors[str(index)].items() if isinstance(row, dict) and "errors" in row}
     p2p = {pair: {cap: 0 for cap in range(4)} for pair, link in topo["links"].items() if link.startswith("NV")}
     return {"driver": raw["driver"], "cuda_driver": raw["cuda_driver"], "gpus": gpus,
             "topology": dict(raw["p2p"]), "p2p_status": p2p}
@@ -295,6 +301,15 @@ def module(tape: Dict[str, Any], v2_memory: bool = True, missing: tuple = ()) ->
             else:
                 values[slot].nvmlReturn = 3
         return values
+
+    @api
+    def nvmlDeviceGetNvLinkErrorCounter(h: _Handle, link: int, counter: int) -> int:
+        """The tape's ``nvlink_errors`` ({link: {counter: value}}); NotSupported where it has none."""
+        recorded = tape["gpus"][h.index].get("nvlink_errors") or {}
+        value = (recorded.get(link) or {}).get(counter)
+        if not isinstance(value, int):
+            raise error("NotSupported")
+        return value
 
     @api
     def nvmlDeviceGetNvLinkState(h: _Handle, link: int) -> int:

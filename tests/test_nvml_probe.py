@@ -257,3 +257,25 @@ def test_nvlink_counters_not_asked_without_nvlink(fake_nvml_module):
     fake_nvml_module(fake_nvml.h200())
     facts = nvml.collect()
     assert "gpu.0.nvlink_counters" not in facts and facts["gpu.0.nvlink_links"].status == "not_supported"
+
+
+def test_nvlink_error_counters_link_by_link_where_the_totals_are_not_supported_equal_nvidia_smi(fake_nvml_module):
+    """The lent 2xH200 (NVSwitch, driver 580) answers every *_COUNT_TOTAL field NotSupported, and nvidia-smi
+    nvlink -e still prints each link's Replay, Recovery and CRC errors: gpudoctor said "not supported". It now
+    asks nvmlDeviceGetNvLinkErrorCounter link by link (recorded there: nvlink-errors.json) and sums, which must
+    equal what nvidia-smi printed on that machine (nvlink-e.txt)."""
+    import re
+
+    text = (fake_nvml.GROUND / "h200x2-nvswitch" / "nvlink-e.txt").read_text(encoding="utf-8")
+    smi = {}
+    gpus = re.split(r"^GPU \d+:.*$", text, flags=re.M)[1:]
+    for index, block in enumerate(gpus):
+        smi[index] = {key: sum(int(n) for n in re.findall(rf"{label} Errors: (\d+)", block))
+                      for key, label in (("replay_errors", "Replay"), ("recovery_errors", "Recovery"), ("crc_flit_errors", "CRC"))}
+        assert len(re.findall(r"Link \d+: Replay", block)) == 18
+    fake_nvml_module(fake_nvml.h200x2())  # no nvlink_fields: every total field NotSupported, as there
+    facts = nvml.collect()
+    for index in (0, 1):
+        fact = facts[f"gpu.{index}.nvlink_counters"]
+        assert fact.ok and fact.value == dict(smi[index], links_read=18), fact
+        assert "per-link" in fact.detail

@@ -88,9 +88,40 @@ def _counters(nv: Any, h: Any, query: Callable[..., Fact]) -> Fact:
         return out
 
     fact = query(nv.nvmlDeviceGetFieldValues, h, [field for _, field in known], convert=convert)
-    if fact.ok and not fact.value:
-        return missing(NOT_SUPPORTED, "NVML answered none of the NVLink fields", SOURCE)
+    if (fact.ok and not fact.value) or fact.status == NOT_SUPPORTED:
+        return _per_link(nv, h, query)
     return fact
+
+
+# nvmlNvLinkErrorCounter_t: NVML_NVLINK_ERROR_DL_REPLAY, _DL_RECOVERY, _DL_CRC_FLIT: the three `nvidia-smi nvlink -e`
+# prints per link (Replay, Recovery, CRC). _DL_CRC_DATA and _DL_ECC_DATA count on the healthy 2xH200 (2-24 a link)
+# while nvidia-smi shows no CRC error there: not read.
+ERROR_COUNTERS = (("replay_errors", 0), ("recovery_errors", 1), ("crc_flit_errors", 2))
+
+
+def _per_link(nv: Any, h: Any, query: Callable[..., Fact]) -> Fact:
+    """The error counters summed over the active links, asked link by link (nvmlDeviceGetNvLinkErrorCounter):
+    what ``nvidia-smi nvlink -e`` prints where the device-wide total fields answer NotSupported (the
+    2xH200 with NVSwitches, driver 580: every *_COUNT_TOTAL field NotSupported, `nvlink -e` still reads)."""
+    ask = getattr(nv, "nvmlDeviceGetNvLinkErrorCounter", None)
+    if ask is None:
+        return missing(NOT_SUPPORTED, "NVML answered none of the NVLink total fields, and this nvidia-ml-py has no per-link counters", SOURCE)
+    totals: Dict[str, int] = {}
+    links = 0
+    for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+        state = query(nv.nvmlDeviceGetNvLinkState, h, link)
+        if not state.ok:
+            break
+        if not state.value:
+            continue
+        links += 1
+        for name, counter in ERROR_COUNTERS:
+            value = query(ask, h, link, counter, convert=int)
+            if value.ok:
+                totals[name] = totals.get(name, 0) + value.value
+    if not totals:
+        return missing(NOT_SUPPORTED, "NVML answered neither the NVLink total fields nor the per-link error counters", SOURCE)
+    return ok(dict(totals, links_read=links), SOURCE, "summed over the active links (per-link error counters)")
 
 
 def _links(nv: Any, h: Any, query: Callable[..., Fact]) -> Fact:
