@@ -225,8 +225,10 @@ def test_a_pip_killed_half_way_leaves_the_environment_byte_identical(tmp_path, m
         files, hashes = listing(site), records(site)
         assert hashes["bad"] == 0 and hashes["checked"] > 10000  # torch's RECORD too
         # the environment's own pip configuration: only the folder with the real torchvision 0.28.0 wheel
+        # (fetched first: on a cold cache, with PIP_NO_INDEX already set, the tier's own download found no index)
+        wheels = realenv.wheel("torchvision", "0.28.0").parent
         monkeypatch.setenv("PIP_NO_INDEX", "1")
-        monkeypatch.setenv("PIP_FIND_LINKS", str(realenv.wheel("torchvision", "0.28.0").parent))
+        monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
         # a requirement that cannot be resolved: pip's words, nothing touched
         impossible = actions.StackAction("replace", "torchvision", "0.27.0", str(broken), "GD508", "test", ("torchvision==0.99.0",))
         seen = stack_install.check(impossible, runner.run)
