@@ -401,16 +401,50 @@ def test_ctrl_c_exits_130_without_traceback(tmp_path):
 def test_an_interrupt_that_passed_through_exec_still_exits_130(tmp_path):
     """Under ``python -m``, a KeyboardInterrupt that went through exec() of a string (dataclasses
     build their methods so, while modules are imported) makes CPython end the process by SIGINT
-    after finalizing, even once handled; cli._exit_interrupted exits 130 instead."""
+    after finalizing, even once handled; cli._exit_now exits 130 instead."""
     package = tmp_path / "interrupted_run"
     package.mkdir()
     (package / "__main__.py").write_text(
         "from gpudoctor import cli\n"
         "try:\n    exec('raise KeyboardInterrupt')\nexcept KeyboardInterrupt:\n    pass\n"
-        "cli._exit_interrupted(130)\n", encoding="utf-8")
+        "cli._exit_now(130)\n", encoding="utf-8")
     done = subprocess.run([sys.executable, "-m", "interrupted_run"], cwd=str(tmp_path), capture_output=True, timeout=60,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == 130, done.stderr
+
+
+def test_the_exit_without_finalizing_still_does_what_a_normal_exit_does(tmp_path):
+    """cli._exit_now skips the interpreter's teardown but not what a normal exit owes: a thread that
+    is not a daemon finishes its work, an executor left open neither hangs nor loses its task, the
+    exit handlers run, buffered output is written, and the status is the one given."""
+    done_file, handler_file = tmp_path / "thread-done", tmp_path / "handler-ran"
+    program = textwrap.dedent(f"""
+        import atexit, concurrent.futures, sys, threading, time
+        from gpudoctor import cli
+        def late():
+            time.sleep(0.3)
+            open({str(done_file)!r}, "w").write("done")
+        threading.Thread(target=late).start()
+        pool = concurrent.futures.ThreadPoolExecutor(2)
+        pool.submit(time.sleep, 0.1)
+        atexit.register(lambda: open({str(handler_file)!r}, "w").write("ran"))
+        sys.stdout.write("x" * 100000)
+        cli._exit_now(1)
+        """)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == b"x" * 100000
+    assert done_file.read_text() == "done" and handler_file.read_text() == "ran"
+
+
+def test_under_a_profiler_the_program_ends_normally_so_the_profile_is_written(tmp_path):
+    """cProfile (and coverage) write what they saw when the interpreter finalizes: watched, the
+    program does not take the quick exit."""
+    done = subprocess.run([sys.executable, "-m", "cProfile", "-s", "tottime", "-m", "gpudoctor", "rules"], cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr
+    assert "GD101" in done.stdout and "function calls" in done.stdout
 
 
 def test_a_ctrl_c_lost_in_a_weakref_callback_still_ends_the_wait_for_the_probes():
