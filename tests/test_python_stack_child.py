@@ -50,9 +50,20 @@ def test_without_torch_or_editable_installs_the_child_gives_all_but_the_facts_wh
     assert set(facts) == expected
 
 
-def test_each_extra_collectors_empty_facts_are_its_declared_keys():
+def test_each_extra_collectors_gate_and_empty_facts_are_those_of_extra_gates():
+    """The doctor builds the child's gates from extra_gates without importing the collectors: each
+    collector's own gate, keys and empty facts must be those (flash_attn's from its VARIANTS)."""
+    import importlib
+
+    from gpudoctor.probes import extra_gates, flash_attn
+
+    assert sorted(extra_gates.GATES) == sorted(extra.__name__.rsplit(".", 1)[1] for extra in python_stack.EXTRAS)
     for extra in python_stack.EXTRAS:
-        assert set(extra.empty_facts()) == set(extra.FACT_KEYS), extra.__name__
+        name = extra.__name__.rsplit(".", 1)[1]
+        module = importlib.import_module(extra.__name__)
+        assert (module.TRIGGER_DISTS, module.TRIGGER_DIRS) == extra_gates.GATES[name], name
+        assert module.empty_facts() == extra_gates.empty_facts(name) and module.FACT_KEYS == tuple(module.empty_facts()), name
+    assert set(flash_attn.TRIGGER_DISTS) == {variant for variant, _ in flash_attn.VARIANTS} | {"vllm"}
 
 
 def _interpreter(tmp_path, body):
@@ -124,7 +135,7 @@ def test_the_childs_modules_import_the_standard_library_and_each_other_only():
 
 def test_in_the_child_no_other_gpudoctor_module_can_be_imported():
     program = python_stack.bootstrap({})
-    cut = program.index("sys.exit(_collect.main(")
+    cut = program.index("_status = _collect.main(")
     probe = program[:cut] + (
         "import json\n"
         "try:\n"

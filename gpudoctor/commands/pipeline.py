@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from gpudoctor.verdict import Verdict
+if TYPE_CHECKING:  # imported when a verdict is made: `check` spawns its Python child before the rules' modules load
+    from gpudoctor.verdict import Verdict
 
 
 @dataclass(frozen=True)

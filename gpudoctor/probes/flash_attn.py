@@ -40,6 +40,7 @@ import struct
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from gpudoctor.probes import extra_gates as _extra_gates
 from gpudoctor.probes import python_stack_read as _stack_read
 
 # Normalized distribution name -> variant.
@@ -75,7 +76,7 @@ normalize = _stack_read.normalize
 
 
 # The facts this module owns (python_stack_read marks them error if collect_plain raises).
-FACT_KEYS = ("flash_attn.variants", "flash_attn.namespace", "flash_attn.clashes", "flash_attn.vllm_builds", "flash_attn.dependents")
+FACT_KEYS = _extra_gates.fact_keys("flash_attn")
 
 
 def parse_local_tag(version: Optional[str]) -> Optional[Dict[str, Any]]:
@@ -486,8 +487,7 @@ def build_env(environ: Dict[str, str], dists: Dict[str, Dict[str, Any]]) -> Dict
 # --- everything ------------------------------------------------------------------------------
 # What makes this collector look at all (python_stack's bootstrap gates the --python child on it too,
 # so that an environment without any of it does not even compile this module there).
-TRIGGER_DISTS = tuple(name for name, _ in VARIANTS) + ("vllm",)
-TRIGGER_DIRS = ("flash_attn",)
+TRIGGER_DISTS, TRIGGER_DIRS = _extra_gates.GATES["flash_attn"]  # its VARIANTS and vllm
 
 
 def triggered(ctx: Dict[str, Any]) -> bool:
@@ -500,13 +500,7 @@ def triggered(ctx: Dict[str, Any]) -> bool:
 
 def empty_facts() -> Dict[str, Dict[str, Any]]:
     """The facts when nothing flash-attn-related is installed (what collect_plain returns then)."""
-    return {
-        "flash_attn.variants": fact([], source="dist-info, RECORD, ELF", detail="none installed"),
-        "flash_attn.namespace": fact({"path": None, "dirs": [], "importable": False}, source="files"),
-        "flash_attn.clashes": fact([], source="RECORD, file hashes"),
-        "flash_attn.vllm_builds": fact(None, "absent", "vllm", "vllm is not installed"),
-        "flash_attn.dependents": fact([], source="vllm rotary embedding (ast)", detail="not read: flash_attn.ops present, or no flash_attn / vllm"),
-    }
+    return _extra_gates.empty_facts("flash_attn")
 
 
 def collect_plain(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:

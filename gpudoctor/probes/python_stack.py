@@ -38,7 +38,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from gpudoctor import bounded
 from gpudoctor.probes import child as child_process
-from gpudoctor.probes import coldstart, flash_attn, gitfiles, python_stack_read, scancache, sglang_kernels, vllm_build, vllm_kernels
+from gpudoctor.probes import extra_gates, scancache
 from gpudoctor.snapshot import ERROR, TIMEOUT, Fact, SnapshotError, missing
 
 
@@ -46,7 +46,7 @@ class _Unrun:
     """A probe module that the child runs and this process does not: its source and compiled code
     read through its loader, its code never executed here (importing the scan's modules only to
     read their text cost the doctor ~20 ms of its start, before the child could be spawned).
-    The gated collectors above are imported: their gates are read from their attributes."""
+    The extra collectors' gates and empty facts are read from extra_gates, not from them."""
 
     def __init__(self, name: str) -> None:
         self.__name__ = f"gpudoctor.probes.{name}"
@@ -66,13 +66,15 @@ class _Unrun:
 elf, fatbin_result, fatbin, forks = _Unrun("elf"), _Unrun("fatbin_result"), _Unrun("fatbin"), _Unrun("forks")
 dist_records, kernel_scan, dynamic_loader = _Unrun("dist_records"), _Unrun("kernel_scan"), _Unrun("dynamic_loader")
 torch_links, python_stack_collect = _Unrun("torch_links"), _Unrun("python_stack_collect")
+coldstart, python_stack_read, gitfiles = _Unrun("coldstart"), _Unrun("python_stack_read"), _Unrun("gitfiles")
+flash_attn, vllm_build, vllm_kernels, sglang_kernels = _Unrun("flash_attn"), _Unrun("vllm_build"), _Unrun("vllm_kernels"), _Unrun("sglang_kernels")
 
 CHILD_MAX_S = 60.0
 MAX_CHILD_OUTPUT = 8 << 20  # the facts of a venv with ~100 dists are ~100 KiB of JSON; 2,000 dists ~2 MiB
 
 # The child's code: every module the bootstrap serves there (the order is only the seeding's).
 CHILD_MODULES = (elf, fatbin_result, fatbin, forks, coldstart, python_stack_read, scancache, dist_records, kernel_scan, dynamic_loader,
-                 torch_links, python_stack_collect, flash_attn, vllm_build, gitfiles, vllm_kernels, sglang_kernels)
+                 torch_links, python_stack_collect, extra_gates, flash_attn, vllm_build, gitfiles, vllm_kernels, sglang_kernels)
 # Collectors imported there only when the environment has what they look at (their TRIGGER_*).
 EXTRAS = (flash_attn, vllm_build, vllm_kernels, sglang_kernels)
 # Every fact a child gives (and, failing, gives with its reason); python.requested is this side's.
@@ -85,7 +87,7 @@ FACTS = ("python.executable", "python.version", "python.prefix", "python.sys_pat
          "kernels.binaries", "kernels.scan")
 FACTS_WHEN_FOUND = ("torch.path", "torch.hip", "torch.git_version", "torch.cxx11_abi", "packages.editable")
 # Every fact a child gives (and, failing, gives with its reason); python.requested is this side's.
-CHILD_FACTS = FACTS + FACTS_WHEN_FOUND + tuple(key for extra in EXTRAS for key in extra.FACT_KEYS)
+CHILD_FACTS = FACTS + FACTS_WHEN_FOUND + tuple(key for extra in EXTRAS for key in extra_gates.fact_keys(extra.__name__.rsplit(".", 1)[1]))
 PACKAGE = "gpudoctor.probes."
 
 # The child runs with -S, and the bootstrap then calls site.main() itself with the .pth files'
@@ -113,13 +115,14 @@ if sys.flags.no_site:  # -S: the site directories are added here, as a normal st
     finally:
         del site.exec
 _CODE_DIR = {code_dir}
-def _code(name, source):
+def _code(name):
     # Compiled modules are kept as marshal files in the user's cache dir (like __pycache__):
-    # compiling ~100 KB of probe source costs the child 30-100 ms on every run otherwise.
+    # compiling ~300 KB of probe source costs the child 30-100 ms on every run otherwise.
     import marshal, os, zlib
+    crc, size, source, path_of_source = _SOURCES[name[17:]]
     path = None
     if _CODE_DIR:
-        key = "%s-%08x-%d-%s" % (name, zlib.crc32(source.encode("utf-8")), len(source), sys.implementation.cache_tag)
+        key = "%s-%08x-%d-%s" % (name, crc, size, sys.implementation.cache_tag)
         path = os.path.join(_CODE_DIR, key + ".bin")
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
@@ -131,6 +134,12 @@ def _code(name, source):
                 os.close(fd)
         except Exception:  # absent, foreign, corrupt or from another Python: compile
             pass
+    if source is None:  # the doctor's own file: read here, only now that it must be compiled
+        import importlib.util
+        with open(path_of_source, "rb") as handle:
+            source = importlib.util.decode_source(handle.read())
+        if zlib.crc32(source.encode("utf-8")) != crc or len(source) != size:
+            raise ImportError("gpudoctor's file %s changed while it ran" % path_of_source)
     code = compile(source, "<gpudoctor " + name + ">", "exec")
     if path:
         try:
@@ -157,7 +166,7 @@ class _Served:
         return None
     @staticmethod
     def exec_module(module):
-        exec(_code(module.__name__, _SOURCES[module.__name__[17:]]), module.__dict__)
+        exec(_code(module.__name__), module.__dict__)
 for _name in ("gpudoctor", "gpudoctor.probes"):
     sys.modules[_name] = types.ModuleType(_name)
     sys.modules[_name].__path__ = []
@@ -181,7 +190,14 @@ def _gated(name, dists, dirs, empty):
     return collect
 from gpudoctor.probes import fatbin as _fatbin, python_stack_collect as _collect
 _extras = [{extras}]
-sys.exit(_collect.main(sys.argv[1:], scanner=_fatbin.scan, extras=_extras))
+_status = _collect.main(sys.argv[1:], scanner=_fatbin.scan, extras=_extras)
+# Out without finalizing: the doctor reads the facts until this process closes its output, so the
+# interpreter's teardown (every module and object of the scan) would be on its longest path.
+# main() has joined its threads and saved the scan cache.
+sys.stdout.flush()
+sys.stderr.flush()
+import os as _os
+_os._exit(_status)
 """
 
 
@@ -196,12 +212,33 @@ def _source(module) -> str:
     return text
 
 
+def _source_file(module) -> Optional[str]:
+    """The plain .py file ``_source`` read, which the child can read too; None: a module from a
+    zip (or anything else), whose source the program carries."""
+    path = getattr(getattr(module, "__loader__", None), "path", None)
+    return path if isinstance(path, str) and path.endswith(".py") and os.path.isfile(path) else None
+
+
 def bootstrap(environ=None) -> str:
-    """The child's program: CHILD_MODULES' sources served as ``gpudoctor.probes.*``, the extra
-    collectors behind their gates, then python_stack_collect.main."""
+    """The child's program: CHILD_MODULES served as ``gpudoctor.probes.*``, the extra collectors
+    behind their gates, then python_stack_collect.main.
+
+    Each module is named by its source's CRC-32 and length, the key of its compiled code in the
+    probe-code cache; the child reads that code, and only when it is not there the source: from
+    the doctor's own file (checked against the key), or from the program where the doctor has no
+    plain file. So the program is ~8 KB, not the ~320 KB of every source, which the doctor had to
+    write through a pipe and the child to read and parse on every run."""
+    import zlib
+
     where = scancache.cache_dir(os.environ if environ is None else environ)
     code_dir = os.path.join(where, "probe-code") if where else ""
-    sources = "{" + ", ".join(f"{ascii(_short(m))}: {ascii(_source(m))}" for m in CHILD_MODULES) + "}"
+    entries = []
+    for module in CHILD_MODULES:
+        text = _source(module)
+        path = _source_file(module)
+        entries.append(f"{ascii(_short(module))}: ({zlib.crc32(text.encode('utf-8'))}, {len(text)}, "
+                       f"{ascii(None if path else text)}, {ascii(path)})")
+    sources = "{" + ", ".join(entries) + "}"
     extras = ", ".join(f"_gated({ascii(_short(m))}, {_gate(m)})" for m in EXTRAS)
     return _BOOTSTRAP.format(code_dir=ascii(code_dir), sources=sources, extras=extras)
 
@@ -251,7 +288,8 @@ def code_key(name: str, source: str) -> str:
 
 def _gate(module) -> str:
     """``dists, dirs, empty-facts JSON`` of a collector, as Python literals for the bootstrap."""
-    return ", ".join((ascii(tuple(module.TRIGGER_DISTS)), ascii(tuple(module.TRIGGER_DIRS)), ascii(json.dumps(module.empty_facts()))))
+    dists, dirs = extra_gates.GATES[_short(module)]
+    return ", ".join((ascii(tuple(dists)), ascii(tuple(dirs)), ascii(json.dumps(extra_gates.empty_facts(_short(module))))))
 
 
 def probe_options() -> Dict[str, Any]:
@@ -282,9 +320,12 @@ def collect(ctx) -> Dict[str, Fact]:
                               own) if python else None
     if facts is not None:  # None: only a child standing for this process that could not answer
         return facts
+    import importlib
+
     from gpudoctor.probes import fatbin as fatbin_module, python_stack_collect as collect_module  # only here is the scan run in this process
 
-    plain = collect_module.collect_plain(None, _record_mode(ctx), fatbin_module.scan, [extra.collect_plain for extra in EXTRAS],
+    extras = [importlib.import_module(extra.__name__).collect_plain for extra in EXTRAS]
+    plain = collect_module.collect_plain(None, _record_mode(ctx), fatbin_module.scan, extras,
                                          probe_options, dict(ctx.environ))  # options: called only when vLLM is installed
     return _facts(plain, "")
 

@@ -29,15 +29,15 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from gpudoctor.probes import extra_gates as _extra_gates
 from gpudoctor.probes import python_stack_read as _stack_read
 from gpudoctor.probes import vllm_kernels as _vllm_kernels
 from gpudoctor.probes import scancache as _scancache
 from gpudoctor.probes import coldstart as _coldstart
 fact = _stack_read.fact
 
-FACT_KEYS = ("sglang.extensions", "sglang.optional_imports", "sglang.capability_gates")
-TRIGGER_DISTS = ("sglang", "sglang-kernel", "sgl-kernel")
-TRIGGER_DIRS = ("sgl_kernel", "sglang")
+FACT_KEYS = _extra_gates.fact_keys("sglang_kernels")
+TRIGGER_DISTS, TRIGGER_DIRS = _extra_gates.GATES["sglang_kernels"]
 PACKAGE = "sgl_kernel"
 LOADER_FILE = "load_utils.py"
 MAX_FILES = 2_000
@@ -164,9 +164,7 @@ def _package_dir(ctx: Dict[str, Any]) -> Optional[str]:
 
 
 def empty_facts() -> Dict[str, Dict[str, Any]]:
-    return {"sglang.extensions": fact(None, "absent", PACKAGE, "sgl_kernel (sglang-kernel) is not installed"),
-            "sglang.optional_imports": fact(None, "absent", "sglang", "SGLang is not installed"),
-            "sglang.capability_gates": fact(None, "absent", "sglang", "SGLang is not installed")}
+    return _extra_gates.empty_facts("sglang_kernels")
 
 
 # --- what SGLang imports only under try/except ---------------------------------------------

@@ -30,8 +30,9 @@ import json
 import os
 import re
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
+from gpudoctor.probes import extra_gates as _extra_gates
 from gpudoctor.probes import gitfiles as _git  # a git checkout read as files
 from gpudoctor.probes import python_stack_read as _stack_read
 
@@ -43,7 +44,7 @@ strip_credentials = _git.strip_credentials
 
 
 # The facts this module owns (python_stack_read marks them error if collect_plain raises).
-FACT_KEYS = ("vllm.build",)
+FACT_KEYS = _extra_gates.fact_keys("vllm_build")
 
 
 # --- the version string ------------------------------------------------------------------------
@@ -192,8 +193,7 @@ def _checkout_root(origin: Dict[str, Any], vllm_dir: Optional[str]) -> Optional[
     return candidates[0] if candidates and origin.get("origin") == "editable" else None
 
 
-TRIGGER_DISTS = ("vllm",)
-TRIGGER_DIRS: Tuple[str, ...] = ()
+TRIGGER_DISTS, TRIGGER_DIRS = _extra_gates.GATES["vllm_build"]
 
 
 def triggered(ctx: Dict[str, Any]) -> bool:
@@ -201,7 +201,7 @@ def triggered(ctx: Dict[str, Any]) -> bool:
 
 
 def empty_facts() -> Dict[str, Dict[str, Any]]:
-    return {"vllm.build": fact(None, "absent", "dist-info", "vllm is not installed")}
+    return _extra_gates.empty_facts("vllm_build")
 
 
 def collect_plain(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:

@@ -30,14 +30,14 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from gpudoctor.probes import extra_gates as _extra_gates
 from gpudoctor.probes import python_stack_read as _stack_read
 from gpudoctor.probes import scancache as _scancache
 from gpudoctor.probes import coldstart as _coldstart
 fact = _stack_read.fact
 
-FACT_KEYS = ("vllm.extensions",)
-TRIGGER_DISTS = ("vllm",)
-TRIGGER_DIRS = ("vllm",)
+FACT_KEYS = _extra_gates.fact_keys("vllm_kernels")
+TRIGGER_DISTS, TRIGGER_DIRS = _extra_gates.GATES["vllm_kernels"]
 
 CACHE_KIND = "vllm-extensions-1"  # bump when what classify() returns changes
 PLATFORM_FILE = "platforms/cuda.py"  # imported on every CUDA GPU (vllm.platforms.current_platform)
@@ -242,7 +242,7 @@ def _vllm_dir(ctx: Dict[str, Any]) -> Optional[str]:
 
 
 def empty_facts() -> Dict[str, Dict[str, Any]]:
-    return {"vllm.extensions": fact(None, "absent", "vllm", "vLLM is not installed")}
+    return _extra_gates.empty_facts("vllm_kernels")
 
 
 def collect_plain(ctx: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
