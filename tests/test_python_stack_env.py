@@ -95,6 +95,32 @@ def test_torch_abi_from_libc10_symbols(site, tmp_path, abi, expected):
     assert abi_fact["source"].endswith("libc10.so")
 
 
+@pytest.mark.skipif(CXX is None, reason="needs g++ to build a real libc10.so stand-in")
+def test_torch_abi_from_libc10_is_kept_in_the_scan_cache_until_the_library_changes(site, tmp_path, monkeypatch):
+    """libc10's answer is read once per file version: a warm check reads no symbols; libc10.so
+    rebuilt with the other ABI (a new file) is read again and gives the other answer."""
+    from gpudoctor.probes import python_stack_read
+
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    source = tmp_path / "c10.cpp"
+    source.write_text('#include <string>\nnamespace c10 { void check(const std::string& s) { (void)s; } }\n', encoding="utf-8")
+    site.torch()
+    lib = site.path / "torch" / "lib" / "libc10.so"
+
+    def build(abi):
+        lib.unlink()
+        subprocess.run([CXX, "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-o", str(lib), str(source)], check=True, timeout=120)
+
+    reads = []
+    real = python_stack_read._libc10_abi
+    monkeypatch.setattr(python_stack_read, "_libc10_abi", lambda path: reads.append(path) or real(path))
+    build("1")
+    assert collect(site.path)["torch.cxx11_abi"]["value"] is True and len(reads) == 1
+    assert collect(site.path)["torch.cxx11_abi"]["value"] is True and len(reads) == 1  # from the cache
+    build("0")
+    assert collect(site.path)["torch.cxx11_abi"]["value"] is False and len(reads) == 2
+
+
 def test_torch_abi_unreadable_libc10_is_an_error_fact(site):
     site.torch()  # its libc10.so is not an ELF file
     abi = collect(site.path)["torch.cxx11_abi"]
@@ -238,6 +264,41 @@ def test_every_cuda_binary_on_the_path_is_found_owned_and_scanned(site):
     assert all(isinstance(b["elapsed_s"], float) for b in binaries.values())
 
 
+def test_the_torch_link_check_runs_while_the_scan_reads_the_headers(site, monkeypatch, tmp_path):
+    """The link check needs the shared objects, not their fatbin headers: it starts once the scan
+    has them all (with their file keys) and runs while the scan reads headers (cold, both wait on
+    the disk). Here the scanner waits until the link check has run: one after the other, it would
+    wait for ever (and give up after 10 s)."""
+    import threading
+
+    from gpudoctor.probes import torch_links
+
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))  # nothing scanned yet
+    site.torch(lib=SM80_SM90_PTX90)
+    site.dist("six", "1.17.0", files={"six_ext.so": SM86})
+    link_check_ran = threading.Event()
+    real_links = torch_links.collect
+    given = []
+
+    def links(items, *args, **kwargs):
+        given.extend(items)
+        link_check_ran.set()
+        return real_links(items, *args, **kwargs)
+
+    waits = []
+
+    def scanner(path):
+        waits.append(link_check_ran.wait(10))
+        return fatbin.scan(path)
+
+    monkeypatch.setattr(torch_links, "collect", links)
+    facts = collect(site.path, scanner=scanner)
+    assert waits and all(waits)
+    assert {Path(item["path"]).name for item in given} >= {"six_ext.so", "libtorch_cuda.so"}
+    assert all(isinstance(item["key"], list) for item in given)  # each with the key it was looked up by
+    assert facts["torch.extensions"]["status"] == "ok"
+
+
 def test_editable_install_binaries_are_found(site, tmp_path):
     source = tmp_path / "src" / "vllm"
     (source / "vllm_flash_attn").mkdir(parents=True)
@@ -325,12 +386,15 @@ def test_long_description_is_never_decoded(site):
 
 
 def test_a_program_too_long_for_argv_goes_to_the_childs_stdin_not_to_a_file(monkeypatch, tmp_path):
-    """The bootstrap (~200 kB) is longer than one argv string may be; it reaches the child on its
-    standard input, so a temp directory that cannot be written (a read-only container) costs nothing."""
+    """Where gpudoctor's modules are no plain files (a zip), the bootstrap carries their sources
+    (~320 kB), longer than one argv string may be; it reaches the child on its standard input, so
+    a temp directory that cannot be written (a read-only container) costs nothing."""
     import tempfile
 
     python = make_venv(tmp_path / "venv")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
+    monkeypatch.setattr(python_stack, "_source_file", lambda module: None)
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "cache"))  # nothing compiled yet: the carried sources are
     assert len(python_stack.bootstrap({})) > child.ARG_MAX
     facts = python_stack.collect_other(str(python), dict(os.environ, PYTHONPATH=""), timeout=60)
     assert facts["python.executable"].value == str(python) and facts["kernels.scan"].ok
@@ -358,3 +422,28 @@ def test_pth_files_give_the_path_a_normal_start_gives_without_running_their_impo
     assert facts["python.sys_path"].value == list(dict.fromkeys(p for p in normal if p))  # (site runs an import line once per visit of its directory)
     assert str(tmp_path / "extra") in facts["python.sys_path"].value and str(tmp_path / "added") in facts["python.sys_path"].value
     assert facts["kernels.scan"].ok
+
+
+def test_the_program_names_the_doctors_files_and_the_child_compiles_them_only_when_not_cached(tmp_path, monkeypatch):
+    """The bootstrap names each module's file and the key of its compiled code (~8 kB, on the command
+    line): a child with an empty code cache reads and compiles the files; a file that is not the one
+    the key names (changed while the check ran) is refused, never run."""
+    program = python_stack.bootstrap({"GPUDOCTOR_CACHE_DIR": str(tmp_path / "cache")})
+    assert len(program) < child.ARG_MAX
+    monkeypatch.setattr(python_stack, "seed_code", lambda environ: None)  # the child alone fills the cache
+    python = make_venv(tmp_path / "venv")
+    env = dict(os.environ, PYTHONPATH="", GPUDOCTOR_CACHE_DIR=str(tmp_path / "cache"))
+    facts = python_stack.collect_other(str(python), env, timeout=60)
+    assert facts["python.executable"].value == str(python) and facts["kernels.scan"].ok
+    compiled = {path.name.split("-")[0] for path in (tmp_path / "cache" / "probe-code").glob("*.bin")}
+    assert {"gpudoctor.probes.elf", "gpudoctor.probes.python_stack_collect"} <= compiled  # those it ran
+    assert compiled <= {module.__name__ for module in python_stack.CHILD_MODULES}
+
+    copy = tmp_path / "pkg" / "elf.py"
+    copy.parent.mkdir()
+    copy.write_text(python_stack._source(python_stack.elf) + "# changed\n", encoding="utf-8")
+    real = python_stack._source_file
+    monkeypatch.setattr(python_stack, "_source_file", lambda module: str(copy) if module is python_stack.elf else real(module))
+    facts = python_stack.collect_other(str(python), dict(env, GPUDOCTOR_CACHE_DIR=str(tmp_path / "empty")), timeout=60)
+    assert facts["python.executable"].status == "error"
+    assert f"gpudoctor's file {copy} changed while it ran" in facts["python.executable"].detail

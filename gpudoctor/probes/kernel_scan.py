@@ -93,11 +93,10 @@ def not_in_record(owned: Dict[str, Dict[str, Any]], listed: Set[str], walk: "_Wa
     since the install (adding a file changes its directory's mtime): it costs one stat.
     ``cold``: a first run; the stats are made in threads first (coldstart.stat_many)."""
     found: List[Dict[str, Any]] = []
-    checked = [(location, info, rel, owners_of) for location, info in sorted(owned.items())
+    checked = [(_joined(location, rel), info, rel, owners_of) for location, info in sorted(owned.items())
                for rel, owners_of in sorted(info["dirs"].items())][:MAX_RECORD_DIRS]
-    stats = _coldstart.stat_many([os.path.join(location, rel) for location, _, rel, _ in checked]) if cold else {}
-    for location, info, rel, owners_of in checked:
-        path = os.path.join(location, rel)
+    stats = _coldstart.stat_many([path for path, _, _, _ in checked]) if cold else {}
+    for path, info, rel, owners_of in checked:
         mtimes = info["mtime"]
         if len(owners_of) == 1:  # almost every directory: max() over a generator is ~1 µs each
             newest = mtimes.get(next(iter(owners_of)), 0)
@@ -130,6 +129,14 @@ def not_in_record(owned: Dict[str, Dict[str, Any]], listed: Set[str], walk: "_Wa
             if os.path.normpath(item) not in listed:
                 found.append({"path": os.path.normpath(item), "dist": dist, "package": package, "owner": "not in RECORD"})
     return found
+
+
+def _joined(location: str, rel: str) -> str:
+    """os.path.join(location, rel) for POSIX paths, without its generality (~1,800 directories of a
+    warm H200 check: a few ms of the scan's path to the answer)."""
+    if rel.startswith("/"):
+        return rel
+    return location + rel if location.endswith("/") else location + "/" + rel
 
 
 class _Walk:
@@ -352,9 +359,11 @@ def _add_prefetch(stats: Dict[str, Any], prefetched: Dict[str, Any]) -> None:
         before[key] = max(before.get(key, 0), prefetched.get(key, 0))
 
 
-def _uncached(items: List[Dict[str, Any]], cache, keys: Dict[str, Any]) -> List[Tuple[Dict[str, Any], Any, Optional[Dict[str, Any]]]]:
+def _uncached(items: List[Dict[str, Any]], cache, keys: Dict[str, Any],
+              looked_up: Optional[Dict[str, Any]] = None) -> List[Tuple[Dict[str, Any], Any, Optional[Dict[str, Any]]]]:
     """(item, file key, cached scan or None) of each regular file among ``items``, each inode once;
-    ``keys``: path -> file key, filled here and read back (one stat per file for both passes)."""
+    ``keys``: path -> file key, filled here and read back (one stat per file for both passes);
+    ``looked_up``: path -> the valid cached scan or None, the same (one lookup per file for both)."""
     todo: List[Tuple[Dict[str, Any], Any, Optional[Dict[str, Any]]]] = []
     inodes: Set[Tuple[int, int]] = set()
     for item in items:
@@ -367,8 +376,14 @@ def _uncached(items: List[Dict[str, Any]], cache, keys: Dict[str, Any]) -> List[
         if (key[3], key[2]) in inodes:
             continue  # the same file under another name
         inodes.add((key[3], key[2]))
-        result = cache.get(SCAN_KIND, path, key)
-        todo.append((item, key, result if _valid_scan(result) else None))
+        if looked_up is not None and path in looked_up:
+            result = looked_up[path]
+        else:
+            result = cache.get(SCAN_KIND, path, key)
+            result = result if _valid_scan(result) else None
+            if looked_up is not None:
+                looked_up[path] = result
+        todo.append((item, key, result))
     return todo
 
 
@@ -380,6 +395,7 @@ class _EarlyScan:
     def __init__(self, scanner: Callable[[str], Any], cache, cold_start: Any) -> None:
         self.scanner, self.cache, self.cold_start = scanner, cache, cold_start
         self.keys: Dict[str, Any] = {}
+        self.looked_up: Dict[str, Any] = {}  # path -> its cached scan or None (_uncached), for scan_all too
         self.scanning: Any = None
         self.created = time.perf_counter()
         self.started = 0.0
@@ -392,7 +408,7 @@ class _EarlyScan:
         called = time.perf_counter()
         if cold:  # a first run: each file's stat waits for the disk; made in threads
             self.keys.update((path, _scancache.key_of(st)) for path, st in cold_start.stat_many([item["path"] for item in items]).items())
-        fresh = [(item["path"], key[0]) for item, key, result in _uncached(items, self.cache, self.keys) if result is None]
+        fresh = [(item["path"], key[0]) for item, key, result in _uncached(items, self.cache, self.keys, self.looked_up) if result is None]
         paths = [path for path, _ in fresh]
         if len(paths) < PREFETCH_FROM or cold_start.workers_for(len(paths)) < 2 or not cold_start.page_cache_cold(paths):
             return
@@ -423,14 +439,17 @@ class _EarlyScan:
 
 
 def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache, cold_start: Any = None,
-             early: Optional[_EarlyScan] = None) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+             early: Optional[_EarlyScan] = None, stated: Optional[Callable[[], None]] = None) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """Scan each candidate (or take its scan from the cache); keep those with CUDA device code.
     ``cold_start``: probes/coldstart.py (or None: no prefetch); ``early``: a scan already started
-    of some of them."""
+    of some of them; ``stated``: called once every candidate has its file key (in ``early.keys``),
+    before any header is read."""
     binaries: List[Dict[str, Any]] = []
     unreadable: List[Dict[str, str]] = []
     stats = {"shared_objects": 0, "cuda_binaries": 0, "read": 0, "cached": 0, "bytes_read": 0, "unreadable": 0}
-    todo = _uncached(items, cache, early.keys if early is not None else {})
+    todo = _uncached(items, cache, early.keys if early is not None else {}, early.looked_up if early is not None else None)
+    if stated is not None:
+        stated()
     fresh = _scan_files([item["path"] for item, _, result in todo if result is None],
                         {item["path"]: key[0] for item, key, result in todo if result is None}, scanner, cold_start, stats, early)
     for item, key, result in todo:
@@ -466,11 +485,13 @@ def scan_all(items: List[Dict[str, Any]], scanner: Callable[[str], Any], cache, 
 
 def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[str, str],
             scanner: Optional[Callable[[str], Any]], environ: Optional[Dict[str, str]] = None,
-            save: bool = True, shared_objects: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Dict[str, Any]]:
+            save: bool = True, shared_objects: Optional[List[Dict[str, Any]]] = None,
+            listed: Optional[Callable[[], None]] = None) -> Dict[str, Dict[str, Any]]:
     """``kernels.binaries`` and ``kernels.scan`` for this path. ``save=False``: the caller saves
     the scan cache once, with what else it adds (python_stack_collect.collect_plain), and sets ``cache_save``.
-    ``shared_objects``: filled with every shared object found (path, dist, package), CUDA or not,
-    for the torch link check (probes/torch_links.py)."""
+    ``shared_objects``: filled with every shared object found (path, dist, package, file key), CUDA
+    or not, for the torch link check (probes/torch_links.py), as soon as each has its key and
+    before their headers are read; ``listed`` is called then (the link check can start)."""
     started = time.perf_counter()
     fact = _stack_read.fact
     from gpudoctor.probes import fatbin
@@ -481,9 +502,13 @@ def collect(paths: List[str], dists: Dict[str, Dict[str, Any]], editable: Dict[s
     try:
         items, notes = candidates(paths, dists, editable, cache, inner, early)
         found = time.perf_counter()
-        binaries, stats = scan_all(items, scanner or fatbin.scan, cache, _coldstart, early)
-        if shared_objects is not None:  # with the file key each was looked up by: one stat per file, not two
-            shared_objects.extend(dict(item, key=early.keys.get(item["path"])) for item in items)
+
+        def stated() -> None:
+            if shared_objects is not None:  # with the file key each was looked up by: one stat per file, not two
+                shared_objects.extend(dict(item, key=early.keys.get(item["path"])) for item in items)
+            if listed is not None:
+                listed()
+        binaries, stats = scan_all(items, scanner or fatbin.scan, cache, _coldstart, early, stated)
     finally:
         early.close()
     scanned = time.perf_counter()

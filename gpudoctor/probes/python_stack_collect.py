@@ -82,9 +82,9 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
     # torch.arch_list, the one fact that needs what it found.
     scan = _KernelScan(paths, first, editable, scanner, environ)
     facts.update(_stack_read.python_facts(paths))
-    facts.update(_stack_read.torch_facts(paths))  # torch's version.py and libc10's symbols: read while the scan waits
-    stack: Dict[str, Dict[str, Any]] = {}
     cache = _scancache.shared(environ)  # saved once, at the end
+    facts.update(_stack_read.torch_facts(paths, cache))  # torch's version.py and libc10's symbols: read while the scan waits
+    stack: Dict[str, Dict[str, Any]] = {}
     for key in _stack_read.STACK:
         dist = first.get(key)
         if dist is None:
@@ -122,15 +122,17 @@ def collect_plain(paths: Optional[List[str]] = None, record: str = "stack",
                 module = sys.modules.get(getattr(extra, "__module__", ""))
                 for key in getattr(module, "FACT_KEYS", ()) or (f"probe.{getattr(extra, '__module__', 'extra')}",):
                     facts[key] = fact(None, "error", getattr(extra, "__module__", "extra"), f"{type(exc).__name__}: {exc}")
+    # The link check needs the shared objects, not their fatbin headers: it runs here while the scan
+    # reads those (cold, both wait on the disk: together, not one after the other).
+    torch_dir = facts.get("torch.path", {}).get("value")
+    try:
+        links = _torch_links.collect(scan.listed(), torch_dir, first, cache, dict(os.environ) if environ is None else environ)
+    except Exception as exc:  # the link check's bug must not cost the other facts
+        links = {"torch.extensions": fact(None, "error", "torch_links", f"{type(exc).__name__}: {exc}")}
     facts.update(scan.result())
     binaries = facts["kernels.binaries"].get("value") or []
-    torch_dir = facts.get("torch.path", {}).get("value")
     facts["torch.arch_list"] = torch_arch_list(torch_dir, binaries)
-    try:
-        facts.update(_torch_links.collect(
-            scan.shared_objects, torch_dir, first, cache, dict(os.environ) if environ is None else environ))
-    except Exception as exc:  # the link check's bug must not cost the other facts
-        facts["torch.extensions"] = fact(None, "error", "torch_links", f"{type(exc).__name__}: {exc}")
+    facts.update(links)
     saved = cache.save()  # once: the kernel scan's entries, the RECORD checks' and the extras'
     scan_stats = facts["kernels.scan"].get("value")
     if isinstance(scan_stats, dict):
@@ -148,16 +150,24 @@ class _KernelScan:
         self.facts: Optional[Dict[str, Any]] = None
         self.error: Optional[BaseException] = None
         self.shared_objects: List[Dict[str, Any]] = []  # every shared object found, for the torch link check
+        self._listed = threading.Event()  # set when they are all known (or the scan ended without them)
         self.thread = threading.Thread(target=self._run, args=(paths, first, editable, scanner, environ),
                                        name="gpudoctor-kernel-scan", daemon=True)
         self.thread.start()
 
     def _run(self, paths, first, editable, scanner, environ) -> None:
         try:
-            self.facts = _kernel_scan.collect(paths, first, editable, scanner, environ,
-                                                                                     save=False, shared_objects=self.shared_objects)
+            self.facts = _kernel_scan.collect(paths, first, editable, scanner, environ, save=False,
+                                              shared_objects=self.shared_objects, listed=self._listed.set)
         except Exception as exc:  # the scan's bug must not cost the other facts
             self.error = exc
+        finally:
+            self._listed.set()
+
+    def listed(self) -> List[Dict[str, Any]]:
+        """Every shared object the scan found, once it has them all (before it reads their headers)."""
+        self._listed.wait()
+        return self.shared_objects
 
     def result(self) -> Dict[str, Any]:
         self.thread.join()

@@ -106,8 +106,13 @@ def find_package_file(package: str, filename: str, paths: Optional[List[str]] = 
 _ABI_FLAG = re.compile(r"-D_GLIBCXX_USE_CXX11_ABI=([01])")
 
 
-def torch_abi(torch_dir: str) -> Dict[str, Any]:
-    """torch's C++ ABI (True = CXX11 ABI) without importing torch."""
+TORCH_ABI_KIND = "torch-abi-1"  # the scan cache's entries: libc10.so's answer, by its file key
+
+
+def torch_abi(torch_dir: str, cache: Any = None) -> Dict[str, Any]:
+    """torch's C++ ABI (True = CXX11 ABI) without importing torch. ``cache``: the scan cache, which
+    keeps libc10.so's answer (torch 2.x's TorchConfig.cmake no longer names the ABI, and reading
+    libc10's dynamic strings was ~10 ms of every warm check on an H200 host)."""
     for rel in ("share/cmake/Torch/TorchConfig.cmake", "share/cmake/Caffe2/Caffe2Config.cmake"):
         path = os.path.join(torch_dir, rel)
         try:
@@ -118,6 +123,22 @@ def torch_abi(torch_dir: str) -> Dict[str, Any]:
         if match:
             return fact(match.group(1) == "1", source=path)
     lib = os.path.join(torch_dir, "lib", "libc10.so")
+    key = None
+    if cache is not None:
+        from gpudoctor.probes import scancache
+
+        key = scancache.file_key(lib)
+        known = cache.get(TORCH_ABI_KIND, lib, key)
+        if isinstance(known, dict) and isinstance(known.get("value"), bool) and known.get("status") == "ok":
+            return known
+    answer = _libc10_abi(lib)
+    if cache is not None and answer.get("status") == "ok":
+        cache.put(TORCH_ABI_KIND, lib, key, answer)
+    return answer
+
+
+def _libc10_abi(lib: str) -> Dict[str, Any]:
+    """torch's C++ ABI from the symbols libc10.so exports."""
     try:
         dynstr = elf_section(lib, ".dynstr", limit=64 << 20)
     except OSError as exc:
@@ -145,8 +166,9 @@ def elf_section(path: str, name: str, limit: int) -> Optional[bytes]:
     return elf_module().sections(path, (name.encode(),), limit).get(name.encode())
 
 
-def torch_facts(paths: Optional[List[str]] = None) -> Dict[str, Dict[str, Any]]:
-    """Plain-dict facts (the script form returns JSON) about the first torch on the path."""
+def torch_facts(paths: Optional[List[str]] = None, cache: Any = None) -> Dict[str, Dict[str, Any]]:
+    """Plain-dict facts (the script form returns JSON) about the first torch on the path
+    (``cache``: the scan cache, for torch_abi)."""
     path = find_package_file("torch", "version.py", paths)
     if path is None:
         absent = fact(None, "absent", SOURCE, "torch is not installed")
@@ -172,7 +194,7 @@ def torch_facts(paths: Optional[List[str]] = None) -> Dict[str, Dict[str, Any]]:
         "torch.cuda": one("cuda", "torch was built without CUDA (CPU or ROCm build)"),
         "torch.hip": one("hip", "not a ROCm build"),
         "torch.git_version": one("git_version", "no git_version"),
-        "torch.cxx11_abi": torch_abi(torch_dir),
+        "torch.cxx11_abi": torch_abi(torch_dir, cache),
     }
 
 

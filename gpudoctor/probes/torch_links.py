@@ -244,11 +244,16 @@ class _Files:
         self.read = 0
         self.cached = 0
         self.ready: Dict[str, Dict[str, Any]] = {}  # read ahead in threads (``prefetch``)
+        self.looked_up: Dict[Tuple[str, bool], Tuple[Any, Dict[str, Any]]] = {}  # prefetch's lookups, for info()
 
     def _cached(self, path: str, key: Any, compact: bool) -> Optional[Dict[str, Any]]:
+        known = self.looked_up.get((path, compact))
+        if known is not None and known[0] == key:
+            return known[1]
         found = self.cache.get(LINKS_KIND, path, key)
         if isinstance(found, dict) and isinstance(found.get("needed", []), list) and isinstance(found.get("status"), str) \
                 and (compact or "needed" in found or found.get("status") != "ok"):
+            self.looked_up[(path, compact)] = (key, found)
             return found
         return None
 
