@@ -43,9 +43,9 @@ for line in open(sys.argv[1]):
         steps = json.loads(text)["steps_s"]
     except ValueError:
         continue
-    rows.setdefault(mode, []).append((steps.get("spawn", 0), steps["collected"] - steps["scan-joined"], steps["done"]))
+    rows.setdefault(mode, []).append((steps.get("spawn", 0), steps["collected"] - steps["main-thread-done"], steps["done"]))
 for mode, values in rows.items():
-    print(f"cold {mode}: spawn median {statistics.median(v[0] for v in values):.3f}, link check after the scan median "
+    print(f"cold {mode}: spawn median {statistics.median(v[0] for v in values):.3f}, link check and the scan's end after the main thread's work, median "
           f"{statistics.median(v[1] for v in values):.3f}, done median {statistics.median(v[2] for v in values):.3f} over {len(values)}")
 warm = {}
 for line in open(sys.argv[2]):

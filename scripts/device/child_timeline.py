@@ -36,7 +36,8 @@ def _patch_collect(source: str) -> str:
         ('    scan = _KernelScan(paths, first, editable, scanner, environ)', '"dists-done"', "    "),
         ('    facts["packages.stack"] = fact(stack', '"records-checked"', "    "),
         ('                facts.update(extra(ctx))', '"extra-start-" + getattr(extra, "__module__", "?")', "                "),
-        ('    facts.update(scan.result())', '"main-thread-done"', "    "),
+        ('    # The link check needs the shared objects', '"main-thread-done"', "    "),
+        ('    facts.update(scan.result())', '"links-done"', "    "),
         ('    binaries = facts["kernels.binaries"].get("value") or []', '"scan-joined"', "    "),
     ]
     for anchor, what, indent in marks:
@@ -50,7 +51,7 @@ def main(argv):
     python_stack._source = lambda module: _patch_collect(real_source(module)) if module is python_stack.python_stack_collect else real_source(module)
     python_stack._BOOTSTRAP = python_stack._BOOTSTRAP.replace(
         "sys.meta_path.insert(0, _Served)", 'sys.stderr.write("T child-up %.6f\\n" % __import__("time").time())\nsys.meta_path.insert(0, _Served)', 1).replace(
-        "sys.exit(_collect.main(", 'sys.stderr.write("T modules-loaded %.6f\\n" % __import__("time").time())\nsys.exit(_collect.main(', 1)
+        "_status = _collect.main(", 'sys.stderr.write("T modules-loaded %.6f\\n" % __import__("time").time())\n_status = _collect.main(', 1)
     real_seed = python_stack.seed_code
 
     def seed(environ):  # the patched python_stack_collect, compiled here under the key the child looks for
@@ -82,15 +83,33 @@ def main(argv):
             steps["parent-has-facts"] = time.time() - T0
         return answer
     runner.start, runner.Started.wait = start, wait
-    from gpudoctor import cli
+    from gpudoctor import cli, engine, probes
+    from gpudoctor.commands import check
 
+    def stamped(owner, name, what):  # this process's own steps: when each ends
+        real = getattr(owner, name)
+
+        def call(*args, **kwargs):
+            answer = real(*args, **kwargs)
+            steps[what] = time.time() - T0
+            return answer
+        setattr(owner, name, call)
+    stamped(check, "_load_while_probing", "parent-rules-loaded")
+    stamped(probes.Running, "finish", "parent-probes-joined")
+    stamped(engine, "run_rules", "parent-rules-run")
+    stamped(check, "render", "parent-rendered")
     out = io.StringIO()
     rc = cli.main(["check", "--format", "json"] + argv, stdout=out, stderr=io.StringIO())
     steps["done"] = time.time() - T0
-    facts = json.loads(out.getvalue())["snapshot"]["facts"]
+    text = out.getvalue()
+    facts = json.loads(text)["snapshot"]["facts"] if text.startswith("{") else {}  # `--format text` given: no facts
     scan = (facts.get("kernels.scan") or {}).get("value") or {}
-    print(json.dumps({"rc": rc, "steps_s": {k: round(v, 4) for k, v in sorted(steps.items(), key=lambda kv: kv[1])},
+    # t0: this process's clock at its first line (a caller that noted when it started the process
+    # has the interpreter's start-up; one that notes when it ended has the exit after "done").
+    print(json.dumps({"rc": rc, "t0": T0, "steps_s": {k: round(v, 4) for k, v in sorted(steps.items(), key=lambda kv: kv[1])},
                       "scan_phases_s": scan.get("phases_s"), "prefetch": scan.get("prefetch")}))
+    sys.stdout.flush()
+    cli._exit_now(0)  # as the program ends (cli.main with argv None)
 
 
 if __name__ == "__main__":
