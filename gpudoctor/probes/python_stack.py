@@ -15,9 +15,11 @@ Design constraints (please preserve when editing):
   can crash or hang the interpreter that loads it): they read files (metadata, source text,
   ELF headers). What must be loaded to be judged is --deep's (deep_import_check.py, deep_extensions_load.py, deep_load_check.py).
 - They import each other one way, ``from gpudoctor.probes import X``: in the doctor's process
-  that is the package; in the child the bootstrap serves exactly these names from the sources it
-  was handed (an installed gpudoctor of another version is never used), and any other gpudoctor
-  module fails to import there (tests/test_python_stack_child.py checks the sources too).
+  that is the package; in the child the bootstrap serves exactly these names, each from the code
+  its key names (the source's CRC-32 and length: the probe-code cache, else the doctor's own file,
+  checked against the key, or the source the program carries), so an installed gpudoctor of
+  another version is never used, and any other gpudoctor module fails to import there
+  (tests/test_python_stack_child.py checks the sources too).
 - Every fact the child gives is declared (CHILD_FACTS: FACTS and FACTS_WHEN_FOUND below, each
   extra collector's FACT_KEYS): when the child fails, times out or prints nonsense, each of
   them carries that reason, never "not collected"; a test holds the list to what a child gives.
