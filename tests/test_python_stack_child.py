@@ -64,6 +64,10 @@ def test_each_extra_collectors_gate_and_empty_facts_are_those_of_extra_gates():
         assert (module.TRIGGER_DISTS, module.TRIGGER_DIRS) == extra_gates.GATES[name], name
         assert module.empty_facts() == extra_gates.empty_facts(name) and module.FACT_KEYS == tuple(module.empty_facts()), name
     assert set(flash_attn.TRIGGER_DISTS) == {variant for variant, _ in flash_attn.VARIANTS} | {"vllm"}
+    from gpudoctor.probes import python_stack_read  # extra_gates writes facts in its shape, without importing it
+
+    for args in ((), (None, "absent", "vllm", "vLLM is not installed"), ([], "ok", "", "none installed")):
+        assert extra_gates._fact(*args) == python_stack_read.fact(*args)
 
 
 def _interpreter(tmp_path, body):
