@@ -49,7 +49,6 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set,
 from gpudoctor.probes import fatbin as _fatbin
 from gpudoctor.probes import elf as _elf
 from gpudoctor.probes import forks as _forks
-from gpudoctor.probes import relocations as _relocations
 
 BATCH = 256  # files opened at once for their ELF steps
 MAX_OPEN = 512  # CUDA binaries held open for their chains at once
@@ -463,26 +462,15 @@ def _chain_steps(binaries: List[Tuple[Any, Any]], hints: _Hints) -> None:
         if regions and wrappers is not None and not wrappers.nobits:
             hints.ask(reader, wrappers.offset, min(wrappers.size, _fatbin.MAX_WRAPPER_BYTES))
             wrapped.append((reader, elf, wrappers, regions))
-    # Step 6: every container a wrapper record points at, inside a fatbin section of its file. A
-    # record that holds 0 (lld leaves the address to the loader) gets it from .rela.dyn
-    # (relocations.py), all such files' searches in the same waves.
-    records = []
-    searches = []
+    # Step 6: every container a wrapper record points at, inside a fatbin section of its file.
     for reader, elf, wrappers, regions in wrapped:
         ptr, size = ("<Q", 24) if elf.is64 else ("<I", 16)
         data = reader.read(wrappers.offset, min(wrappers.size, _fatbin.MAX_WRAPPER_BYTES))
         reader.memo = {wrappers.offset: data}  # fatbin's _walk_wrappers reads the same bytes
-        pointers = [(wrappers.addr + base + 8, struct.unpack_from(ptr, data, base + 8)[0])
-                    for base in range(0, len(data) - size + 1, size) if struct.unpack_from("<I", data, base)[0] == _fatbin.WRAPPER_MAGIC]
-        unset = [where for where, value in pointers if not value]
-        if unset and wrappers.addr:
-            searches.append((reader, _relocations.search(reader, elf, min(unset), max(unset) + 8)))
-        records.append((reader, elf, regions, pointers, len(searches) - 1 if unset and wrappers.addr else None))
-    relocated = _relocations.run_together(searches, hints.ask) if searches else []
-    for reader, elf, regions, pointers, search in records:
-        found = relocated[search] if search is not None else {}
-        for where, value in pointers:
-            offset = elf.file_offset(value or found.get(where, 0))
+        for base in range(0, len(data) - size + 1, size):
+            if struct.unpack_from("<I", data, base)[0] != _fatbin.WRAPPER_MAGIC:
+                continue
+            offset = elf.file_offset(struct.unpack_from(ptr, data, base + 8)[0])
             for lo, hi in regions:
                 if offset is not None and lo < offset < hi and hints.ask(reader, offset, CONTAINER + ENTRY):
                     chains.append((reader, offset, hi, _CONTAINER))

@@ -69,14 +69,13 @@ elf, fatbin_result, fatbin, forks = _Unrun("elf"), _Unrun("fatbin_result"), _Unr
 dist_records, kernel_scan, dynamic_loader = _Unrun("dist_records"), _Unrun("kernel_scan"), _Unrun("dynamic_loader")
 torch_links, python_stack_collect = _Unrun("torch_links"), _Unrun("python_stack_collect")
 coldstart, python_stack_read, gitfiles = _Unrun("coldstart"), _Unrun("python_stack_read"), _Unrun("gitfiles")
-relocations = _Unrun("relocations")
 flash_attn, vllm_build, vllm_kernels, sglang_kernels = _Unrun("flash_attn"), _Unrun("vllm_build"), _Unrun("vllm_kernels"), _Unrun("sglang_kernels")
 
 CHILD_MAX_S = 60.0
 MAX_CHILD_OUTPUT = 8 << 20  # the facts of a venv with ~100 dists are ~100 KiB of JSON; 2,000 dists ~2 MiB
 
 # The child's code: every module the bootstrap serves there (the order is only the seeding's).
-CHILD_MODULES = (elf, fatbin_result, fatbin, forks, relocations, coldstart, python_stack_read, scancache, dist_records, kernel_scan, dynamic_loader,
+CHILD_MODULES = (elf, fatbin_result, fatbin, forks, coldstart, python_stack_read, scancache, dist_records, kernel_scan, dynamic_loader,
                  torch_links, python_stack_collect, extra_gates, flash_attn, vllm_build, gitfiles, vllm_kernels, sglang_kernels)
 # Collectors imported there only when the environment has what they look at (their TRIGGER_*).
 EXTRAS = (flash_attn, vllm_build, vllm_kernels, sglang_kernels)

@@ -12,16 +12,10 @@ from fakes.elf_builder import COMPRESSED, LOCAL, PTX90, SM86, Sec, build_elf, wr
 REAL = [PTX90, SM86, COMPRESSED] + sorted(LOCAL.glob("*.so"))
 
 
-def _many_containers(tmp_path: Path, containers: int, archs: int, wrappers: bool, lld: bool = False,
-                     relocations_before: int = 20_000, shuffled: bool = False) -> Path:
+def _many_containers(tmp_path: Path, containers: int, archs: int, wrappers: bool) -> Path:
     """A linked library's layout, as libcublasLt's: ``containers`` fatbins (one per compilation
     unit), ``archs`` cubins each with 64 KB payloads left as holes, section table at the end, and
-    (``wrappers``) one .nvFatBinSegment record per container, as the linker writes them.
-
-    ``lld``: as LLVM's lld links it (jax-cuda13-pjrt's xla_cuda_plugin.so): each record's address
-    is 0 and lives in a R_X86_64_RELATIVE relocation of .rela.dyn, the relative ones first and
-    sorted by address (``relocations_before`` of them below the records, 500 above, then 3 others);
-    ``shuffled``: the table in no order."""
+    (``wrappers``) one .nvFatBinSegment record per container, as the linker writes them."""
     payload = 64 << 10
     start = 8192
     chunks: List[Tuple[int, bytes]] = []
@@ -36,22 +30,9 @@ def _many_containers(tmp_path: Path, containers: int, archs: int, wrappers: bool
             pos += 64 + payload
     sections = [Sec(b".nv_fatbin", offset=start, size=pos - start, addr=0x100000 + start)]
     if wrappers:
-        records = b"".join(struct.pack("<IIQQ", 0x466243B1, 1, 0 if lld else 0x100000 + off, 0) for off in offsets)
-        segment = 0x100000 + pos
-        sections.append(Sec(b".nvFatBinSegment", records, flags=3, offset=pos, size=len(records), addr=segment if lld else 0))
+        records = b"".join(struct.pack("<IIQQ", 0x466243B1, 1, 0x100000 + off, 0) for off in offsets)
+        sections.append(Sec(b".nvFatBinSegment", records, flags=3, offset=pos, size=len(records)))
         chunks.append((pos, records))
         pos += len(records)
-        if lld:
-            entries = [(0x1000 + 8 * i, 8, 0x2000 + i) for i in range(relocations_before)]
-            entries += [(segment + 24 * i + 8, 8, 0x100000 + off) for i, off in enumerate(offsets)]
-            entries += [(segment + len(records) + 8 * i, 8, 0x3000 + i) for i in range(500)]
-            if shuffled:
-                entries.sort(key=lambda e: (e[0] * 2654435761) % 4093)
-            entries += [(0, (i << 32) | 6, 0) for i in range(1, 4)]  # R_X86_64_GLOB_DAT: after the relative ones
-            table = b"".join(struct.pack("<QQq", *entry) for entry in entries)
-            pos = (pos + 7) & ~7
-            sections.append(Sec(b".rela.dyn", table, sh_type=4, offset=pos, size=len(table)))
-            chunks.append((pos, table))
-            pos += len(table)
     elf_chunks, size = build_elf(sections)
     return write_chunks(tmp_path / f"lib{containers}x{archs}{'w' if wrappers else ''}.so", elf_chunks + chunks, max(size, pos))
